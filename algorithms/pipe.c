@@ -1,0 +1,75 @@
+/* The pipelined exchange engine (see pipe.h for the dependency rules). */
+#include "pipe.h"
+
+#include "exec.h"
+
+#define PIPE_SLOTS 64 /* > COLL_PIPE_MAX_WINDOW and the send window */
+#define PIPE_SEND_WINDOW 32
+
+collResult_t coll_pipe_run(struct coll_pipe *p)
+{
+    struct coll_comm *comm = p->comm;
+    struct coll_req *sreq[PIPE_SLOTS], *rreq[PIPE_SLOTS];
+    void *rbuf[PIPE_SLOTS];
+    size_t sp = 0, sd = 0, rp = 0, rd = 0;
+    size_t total = p->total;
+    size_t window = p->window < 1 ? 1 : p->window;
+    if (window > COLL_PIPE_MAX_WINDOW)
+        window = COLL_PIPE_MAX_WINDOW;
+    size_t send_total = p->send_conn ? total : 0;
+    size_t recv_total = p->recv_conn ? total : 0;
+    struct coll_wait w = {0};
+
+    while (sd < send_total || rd < recv_total) {
+        bool moved = false;
+        while (rp < recv_total && rp - rd < window &&
+               (p->recv_lag == 0 || rp < p->recv_lag || sd + p->recv_lag > rp)) {
+            void *buf;
+            size_t bytes;
+            p->recv_buf(p->ctx, rp, &buf, &bytes);
+            rbuf[rp % PIPE_SLOTS] = buf;
+            COLL_CHECK(coll_exec_irecv(comm, p->recv_conn, buf, bytes, &rreq[rp % PIPE_SLOTS]));
+            rp++;
+            moved = true;
+        }
+        while (sp < send_total && sp - sd < PIPE_SEND_WINDOW &&
+               (!p->send_after_recv || sp < p->send_lag || rd + p->send_lag > sp)) {
+            const void *buf;
+            size_t bytes;
+            p->send_buf(p->ctx, sp, &buf, &bytes);
+            COLL_CHECK(coll_exec_isend(comm, p->send_conn, buf, bytes, &sreq[sp % PIPE_SLOTS]));
+            sp++;
+            moved = true;
+        }
+        while (rd < rp) {
+            bool done;
+            COLL_CHECK(coll_exec_test(comm, &rreq[rd % PIPE_SLOTS], &done));
+            if (!done)
+                break;
+            if (p->process)
+                p->process(p->ctx, rd, rbuf[rd % PIPE_SLOTS]);
+            rd++;
+            moved = true;
+        }
+        while (sd < sp) {
+            bool done;
+            COLL_CHECK(coll_exec_test(comm, &sreq[sd % PIPE_SLOTS], &done));
+            if (!done)
+                break;
+            sd++;
+            moved = true;
+        }
+        if (moved) {
+            w.idle_since = 0;
+            continue;
+        }
+        struct coll_req *pending[2];
+        int np = 0;
+        if (rd < rp)
+            pending[np++] = rreq[rd % PIPE_SLOTS];
+        if (sd < sp)
+            pending[np++] = sreq[sd % PIPE_SLOTS];
+        COLL_CHECK(coll_exec_idle(comm, &w, pending, np));
+    }
+    return collSuccess;
+}

@@ -1,0 +1,42 @@
+/* A pipelined exchange with one upstream and one downstream neighbour: the engine
+ * under the ring and chain algorithms.
+ *
+ * Work is a sequence of indices 0..total-1 (for a ring: step * slices + slice).
+ * For each index the rank may send a piece downstream and receive a piece from
+ * upstream, then process what arrived (reduce or nothing).  Dependencies are
+ * expressed as lags between the three counters sends-done, receives-posted and
+ * processed, so that many pieces are in flight while each is reduced as soon as
+ * it lands:
+ *   send i     waits for  processed > i - send_lag    (when send_after_recv)
+ *   receive i  waits for  processed > i - window      (buffer reuse)
+ *              and        sends-done > i - recv_lag   (when recv_lag > 0)
+ * Receives are posted before sends in every pass.
+ */
+#ifndef COLL_PIPE_H
+#define COLL_PIPE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "internal.h"
+
+struct coll_pipe {
+    struct coll_comm *comm;
+    struct coll_conn *send_conn; /* NULL: this rank sends nothing */
+    struct coll_conn *recv_conn; /* NULL: this rank receives nothing */
+    size_t total;
+    bool send_after_recv;
+    size_t send_lag;
+    size_t recv_lag;
+    size_t window;               /* receives in flight, <= COLL_PIPE_MAX_WINDOW */
+    void *ctx;
+    void (*send_buf)(void *ctx, size_t i, const void **p, size_t *bytes);
+    void (*recv_buf)(void *ctx, size_t i, void **p, size_t *bytes);
+    void (*process)(void *ctx, size_t i, void *recvd); /* optional */
+};
+
+#define COLL_PIPE_MAX_WINDOW 32
+
+collResult_t coll_pipe_run(struct coll_pipe *p);
+
+#endif

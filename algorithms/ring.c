@@ -1,0 +1,414 @@
+/* Ring algorithms.
+ *
+ * Ranks form a ring r -> r+1; each rank sends only to its next and receives only
+ * from its previous neighbour.  Buffers are cut into n segments, and segments
+ * into slices that are pipelined: while slice k is reduced, slice k+1 is on the
+ * wire (see pipe.h).
+ *
+ * AllReduce = reduce-scatter + allgather: 2(n-1) steps.  In step s of the
+ * reduce-scatter rank r sends segment r-s and receives segment r-s-1, which it
+ * reduces with its own contribution; after n-1 steps it holds the final segment
+ * r+1, and n-1 allgather steps pass the final segments around.  Each rank sends
+ * 2(n-1)/n of the buffer, whatever n: bandwidth-optimal; latency 2(n-1) hops.
+ *
+ *   n = 3, segments a b c         step 0        step 1        allgather x2
+ *   rank 0: a0 b0 c0    sends a0 ->1      c0+c2 ->1     ...
+ *   rank 1: a1 b1 c1    sends b1 ->2      a0+a1 ->2
+ *   rank 2: a2 b2 c2    sends c2 ->0      b1+b2 ->0
+ *   after step 1: rank 0 owns b (b1+b2+b0), rank 1 owns c, rank 2 owns a.
+ *
+ * Small messages (<= comm->small_bytes): every rank gathers all n buffers around
+ * the ring (n-1 steps) and reduces them locally in rank order, halving the
+ * number of hops.  Every rank reduces the same data in the same order, so the
+ * results are bitwise identical.
+ *
+ * ReduceScatter: the reduce-scatter half, rotated so rank r ends with block r;
+ * partial sums live in a double buffer of two blocks.  AllGather: the allgather
+ * half, n-1 steps, (n-1)/n of the output sent per rank.
+ * Broadcast: a pipelined chain root -> root+1 -> ... -> root-1; every link
+ * carries the buffer once.  Reduce: a pipelined chain root+1 -> ... -> root, each
+ * rank adding its contribution as the slices pass.
+ *
+ * Order of reduction is fixed by the ring, so results repeat run after run.
+ * Limitations: latency grows linearly with n (the tree of a later algorithm is
+ * better for small messages on many ranks).
+ */
+#include <string.h>
+
+#include "algo.h"
+#include "exec.h"
+#include "pattern.h"
+#include "pipe.h"
+#include "reduce.h"
+
+struct ring_ctx {
+    struct coll_comm *comm;
+    const struct coll_args *a;
+    int n, r;
+    size_t esize;
+    size_t K;            /* slices per segment */
+    int nrs;             /* reduce-scatter steps: n-1, or 0 for allgather */
+    int shift;           /* segment rotation: -1 for reduce_scatter */
+    bool blocks;         /* segments are equal blocks of a->count (rs/ag) */
+    bool rs_out_block;   /* reduce_scatter: the final block goes to out itself */
+    const char *in;
+    char *out;
+    char *slots;         /* in-place allreduce: receive slots */
+    size_t nslots, slot_bytes;
+    char *partial[2];    /* reduce_scatter: double buffer of partial blocks */
+};
+
+static void ring_seg(const struct ring_ctx *x, int j, size_t *off_p, size_t *len_p)
+{
+    if (x->blocks) {
+        *off_p = (size_t)j * x->a->count;
+        *len_p = x->a->count;
+    } else {
+        coll_ring_chunk(x->a->count, x->n, j, off_p, len_p);
+    }
+}
+
+/* Which segment index i sends or receives, and the slice within it. */
+static void ring_where(const struct ring_ctx *x, size_t i, bool send, int *step_p, int *seg_p,
+                       size_t *off_p, size_t *len_p)
+{
+    int s = (int)(i / x->K);
+    size_t k = i % x->K;
+    int seg;
+    if (s < x->nrs) {
+        seg = coll_mod((long)x->r - s + x->shift - (send ? 0 : 1), x->n);
+    } else {
+        int t = s - x->nrs;
+        int owned = x->nrs ? coll_mod((long)x->r + 1 + x->shift, x->n) : x->r;
+        seg = coll_mod((long)owned - t - (send ? 0 : 1), x->n);
+    }
+    size_t soff, slen, koff, klen;
+    ring_seg(x, seg, &soff, &slen);
+    coll_ring_chunk(slen, (int)x->K, (int)k, &koff, &klen);
+    *step_p = s;
+    *seg_p = seg;
+    *off_p = soff + koff;  /* elements from the start of the full vector */
+    *len_p = klen;
+    (void)koff;
+}
+
+/* Offset of a slice inside its segment (for the partial double buffer). */
+static size_t ring_koff(const struct ring_ctx *x, size_t i, int seg)
+{
+    size_t soff, slen, koff, klen;
+    ring_seg(x, seg, &soff, &slen);
+    coll_ring_chunk(slen, (int)x->K, (int)(i % x->K), &koff, &klen);
+    return koff;
+}
+
+static void ring_send_buf(void *vctx, size_t i, const void **p, size_t *bytes)
+{
+    struct ring_ctx *x = vctx;
+    int s, seg;
+    size_t off, len;
+    ring_where(x, i, true, &s, &seg, &off, &len);
+    *bytes = len * x->esize;
+    if (s == 0 && x->nrs > 0) {
+        *p = x->in + off * x->esize;             /* own contribution */
+    } else if (s < x->nrs) {
+        if (x->rs_out_block)                     /* partial from step s-1 */
+            *p = x->partial[(s - 1) & 1] + ring_koff(x, i, seg) * x->esize;
+        else
+            *p = x->out + off * x->esize;
+    } else if (x->nrs == 0 && s == 0) {
+        *p = x->in + ring_koff(x, i, seg) * x->esize; /* allgather: own block */
+    } else {
+        *p = x->out + off * x->esize;
+    }
+}
+
+static void ring_recv_buf(void *vctx, size_t i, void **p, size_t *bytes)
+{
+    struct ring_ctx *x = vctx;
+    int s, seg;
+    size_t off, len;
+    ring_where(x, i, false, &s, &seg, &off, &len);
+    *bytes = len * x->esize;
+    if (s < x->nrs) {
+        if (x->rs_out_block)
+            *p = x->partial[s & 1] + ring_koff(x, i, seg) * x->esize;
+        else if (x->slots)
+            *p = x->slots + (i % x->nslots) * x->slot_bytes;
+        else
+            *p = x->out + off * x->esize;
+    } else {
+        *p = x->out + off * x->esize;
+    }
+}
+
+static void ring_process(void *vctx, size_t i, void *recvd)
+{
+    struct ring_ctx *x = vctx;
+    int s, seg;
+    size_t off, len;
+    ring_where(x, i, false, &s, &seg, &off, &len);
+    if (s >= x->nrs || len == 0)
+        return;
+    char *dst;
+    if (!x->rs_out_block)
+        dst = x->out + off * x->esize;
+    else if (s == x->nrs - 1)
+        dst = x->out + ring_koff(x, i, seg) * x->esize;
+    else
+        dst = recvd;
+    coll_reduce(x->a->op, x->a->dtype, dst, recvd, x->in + off * x->esize, len);
+    if (s == x->nrs - 1 && x->a->op == collAvg)
+        coll_reduce_div(x->a->dtype, dst, dst, len, x->n);
+}
+
+static collResult_t ring_conns(struct coll_comm *comm, struct coll_conn **send_p,
+                               struct coll_conn **recv_p)
+{
+    int prev, next;
+    coll_ring_neighbors(comm->rank, comm->nranks, &prev, &next);
+    /* Receive side first: the connect to next completes in its backlog. */
+    COLL_CHECK(coll_transport_get_conn(comm, next, true, send_p));
+    COLL_CHECK(coll_transport_get_conn(comm, prev, false, recv_p));
+    return collSuccess;
+}
+
+static size_t ring_slice_elems(const struct coll_comm *comm, size_t esize)
+{
+    size_t e = comm->chunk_bytes / esize;
+    return e ? e : 1;
+}
+
+/* Runs the ring pipeline described by x (nrs reduce-scatter steps, then
+ * nsteps - nrs allgather steps). */
+static collResult_t ring_run(struct ring_ctx *x, int nsteps)
+{
+    struct coll_pipe p = {.comm = x->comm, .total = (size_t)nsteps * x->K,
+                          .send_after_recv = true, .send_lag = x->K, .recv_lag = x->K,
+                          .window = x->slots ? x->nslots : 8, .ctx = x,
+                          .send_buf = ring_send_buf, .recv_buf = ring_recv_buf,
+                          .process = ring_process};
+    COLL_CHECK(ring_conns(x->comm, &p.send_conn, &p.recv_conn));
+    return coll_pipe_run(&p);
+}
+
+static collResult_t ring_allgather_impl(struct coll_comm *comm, const void *in, void *out,
+                                        size_t count, collDataType_t dtype)
+{
+    size_t esize = coll_dtype_size(dtype);
+    int n = comm->nranks, r = comm->rank;
+    char *own = (char *)out + (size_t)r * count * esize;
+    if (own != in && count > 0)
+        memcpy(own, in, count * esize);
+    if (n == 1 || count == 0)
+        return collSuccess;
+    struct coll_args a = {.sendbuf = in, .recvbuf = out, .count = count, .dtype = dtype};
+    struct ring_ctx x = {.comm = comm, .a = &a, .n = n, .r = r, .esize = esize, .nrs = 0,
+                         .blocks = true, .in = in, .out = out};
+    x.K = coll_slices(count, ring_slice_elems(comm, esize));
+    return ring_run(&x, n - 1);
+}
+
+static collResult_t ring_allgather(struct coll_comm *comm, const struct coll_args *a)
+{
+    return ring_allgather_impl(comm, a->sendbuf, a->recvbuf, a->count, a->dtype);
+}
+
+/* Gathers every rank's buffer, then reduces locally in rank order. */
+static collResult_t ring_allreduce_small(struct coll_comm *comm, const struct coll_args *a)
+{
+    size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
+    int n = comm->nranks;
+    char *all;
+    COLL_CHECK(coll_comm_scratch(comm, bytes * (size_t)n, (void **)&all));
+    COLL_CHECK(ring_allgather_impl(comm, a->sendbuf, all, a->count, a->dtype));
+    coll_reduce(a->op, a->dtype, a->recvbuf, all, all + bytes, a->count);
+    for (int j = 2; j < n; j++)
+        coll_reduce(a->op, a->dtype, a->recvbuf, a->recvbuf, all + (size_t)j * bytes, a->count);
+    if (a->op == collAvg)
+        coll_reduce_div(a->dtype, a->recvbuf, a->recvbuf, a->count, n);
+    return collSuccess;
+}
+
+static collResult_t ring_allreduce(struct coll_comm *comm, const struct coll_args *a)
+{
+    size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
+    int n = comm->nranks;
+    if (n == 1 || a->count == 0) {
+        if (a->recvbuf != a->sendbuf && bytes > 0)
+            memcpy(a->recvbuf, a->sendbuf, bytes);
+        return collSuccess;
+    }
+    if (bytes <= comm->small_bytes)
+        return ring_allreduce_small(comm, a);
+    struct ring_ctx x = {.comm = comm, .a = a, .n = n, .r = comm->rank, .esize = esize,
+                         .nrs = n - 1, .in = a->sendbuf, .out = a->recvbuf};
+    size_t off0, len0;
+    coll_ring_chunk(a->count, n, 0, &off0, &len0);
+    x.K = coll_slices(len0, ring_slice_elems(comm, esize));
+    if (a->sendbuf == a->recvbuf) {
+        /* In place: our own contribution sits where a received slice would land,
+         * so slices land in slots and are reduced into the buffer from there. */
+        size_t slice = (len0 + x.K - 1) / x.K;
+        x.nslots = (size_t)comm->depth;
+        x.slot_bytes = slice * esize;
+        COLL_CHECK(coll_comm_scratch(comm, x.nslots * x.slot_bytes, (void **)&x.slots));
+    }
+    return ring_run(&x, 2 * (n - 1));
+}
+
+static collResult_t ring_reduce_scatter(struct coll_comm *comm, const struct coll_args *a)
+{
+    size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
+    int n = comm->nranks, r = comm->rank;
+    const char *own = (const char *)a->sendbuf + (size_t)r * bytes;
+    if (n == 1 || a->count == 0) {
+        if ((const char *)a->recvbuf != own && bytes > 0)
+            memcpy(a->recvbuf, own, bytes);
+        return collSuccess;
+    }
+    struct ring_ctx x = {.comm = comm, .a = a, .n = n, .r = r, .esize = esize, .nrs = n - 1,
+                         .shift = -1, .blocks = true, .rs_out_block = true,
+                         .in = a->sendbuf, .out = a->recvbuf};
+    char *buf;
+    COLL_CHECK(coll_comm_scratch(comm, 2 * bytes, (void **)&buf));
+    x.partial[0] = buf;
+    x.partial[1] = buf + bytes;
+    x.K = coll_slices(a->count, ring_slice_elems(comm, esize));
+    return ring_run(&x, n - 1);
+}
+
+/* Broadcast and reduce: a chain along the ring, pipelined in slices. */
+struct chain_ctx {
+    const struct coll_args *a;
+    size_t esize, K;
+    bool is_root, is_first;
+    char *slots;
+    size_t nslots, slot_bytes;
+    int n;
+};
+
+static void chain_slice(const struct chain_ctx *x, size_t i, size_t *off_p, size_t *len_p)
+{
+    coll_ring_chunk(x->a->count, (int)x->K, (int)i, off_p, len_p);
+}
+
+static void bcast_send_buf(void *vctx, size_t i, const void **p, size_t *bytes)
+{
+    struct chain_ctx *x = vctx;
+    size_t off, len;
+    chain_slice(x, i, &off, &len);
+    const char *base = x->is_root ? x->a->sendbuf : x->a->recvbuf;
+    *p = base + off * x->esize;
+    *bytes = len * x->esize;
+}
+
+static void bcast_recv_buf(void *vctx, size_t i, void **p, size_t *bytes)
+{
+    struct chain_ctx *x = vctx;
+    size_t off, len;
+    chain_slice(x, i, &off, &len);
+    *p = (char *)x->a->recvbuf + off * x->esize;
+    *bytes = len * x->esize;
+}
+
+static collResult_t ring_broadcast(struct coll_comm *comm, const struct coll_args *a)
+{
+    size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
+    int n = comm->nranks, pos = coll_mod((long)comm->rank - a->root, n);
+    if (pos == 0 && a->recvbuf != a->sendbuf && bytes > 0)
+        memcpy(a->recvbuf, a->sendbuf, bytes);
+    if (n == 1 || bytes == 0)
+        return collSuccess;
+    struct chain_ctx x = {.a = a, .esize = esize, .is_root = pos == 0, .n = n};
+    x.K = coll_slices(a->count, ring_slice_elems(comm, esize));
+    struct coll_pipe p = {.comm = comm, .total = x.K, .send_after_recv = pos > 0, .send_lag = 0,
+                          .window = 8, .ctx = &x, .send_buf = bcast_send_buf,
+                          .recv_buf = bcast_recv_buf};
+    int prev, next;
+    coll_ring_neighbors(comm->rank, n, &prev, &next);
+    if (pos < n - 1)
+        COLL_CHECK(coll_transport_get_conn(comm, next, true, &p.send_conn));
+    if (pos > 0)
+        COLL_CHECK(coll_transport_get_conn(comm, prev, false, &p.recv_conn));
+    return coll_pipe_run(&p);
+}
+
+static void reduce_send_buf(void *vctx, size_t i, const void **p, size_t *bytes)
+{
+    struct chain_ctx *x = vctx;
+    size_t off, len;
+    chain_slice(x, i, &off, &len);
+    *bytes = len * x->esize;
+    *p = x->is_first ? (const char *)x->a->sendbuf + off * x->esize
+                     : x->slots + (i % x->nslots) * x->slot_bytes;
+}
+
+static void reduce_recv_buf(void *vctx, size_t i, void **p, size_t *bytes)
+{
+    struct chain_ctx *x = vctx;
+    size_t off, len;
+    chain_slice(x, i, &off, &len);
+    *bytes = len * x->esize;
+    *p = x->slots + (i % x->nslots) * x->slot_bytes;
+}
+
+static void reduce_process(void *vctx, size_t i, void *recvd)
+{
+    struct chain_ctx *x = vctx;
+    size_t off, len;
+    chain_slice(x, i, &off, &len);
+    const char *own = (const char *)x->a->sendbuf + off * x->esize;
+    char *dst = x->is_root ? (char *)x->a->recvbuf + off * x->esize : recvd;
+    coll_reduce(x->a->op, x->a->dtype, dst, recvd, own, len);
+    if (x->is_root && x->a->op == collAvg)
+        coll_reduce_div(x->a->dtype, dst, dst, len, x->n);
+}
+
+static collResult_t ring_reduce(struct coll_comm *comm, const struct coll_args *a)
+{
+    size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
+    int n = comm->nranks, pos = coll_mod((long)comm->rank - a->root - 1, n);
+    bool is_root = comm->rank == a->root;
+    if (n == 1 || bytes == 0) {
+        if (is_root && a->recvbuf != a->sendbuf && bytes > 0)
+            memcpy(a->recvbuf, a->sendbuf, bytes);
+        return collSuccess;
+    }
+    struct chain_ctx x = {.a = a, .esize = esize, .is_root = is_root, .is_first = pos == 0,
+                          .n = n};
+    x.K = coll_slices(a->count, ring_slice_elems(comm, esize));
+    x.nslots = (size_t)comm->depth;
+    x.slot_bytes = ((a->count + x.K - 1) / x.K) * esize;
+    if (!x.is_first)
+        COLL_CHECK(coll_comm_scratch(comm, x.nslots * x.slot_bytes, (void **)&x.slots));
+    /* A middle rank forwards from the slot it reduced into, so a slot is reused
+     * only once its forward send is done (recv_lag); the root frees it as soon
+     * as it is reduced. */
+    struct coll_pipe p = {.comm = comm, .total = x.K, .send_after_recv = !x.is_first,
+                          .send_lag = 0, .recv_lag = is_root ? 0 : x.nslots,
+                          .window = x.nslots, .ctx = &x, .send_buf = reduce_send_buf,
+                          .recv_buf = reduce_recv_buf, .process = reduce_process};
+    int prev, next;
+    coll_ring_neighbors(comm->rank, n, &prev, &next);
+    if (!is_root)
+        COLL_CHECK(coll_transport_get_conn(comm, next, true, &p.send_conn));
+    if (!x.is_first)
+        COLL_CHECK(coll_transport_get_conn(comm, prev, false, &p.recv_conn));
+    return coll_pipe_run(&p);
+}
+
+static bool ring_can_run(const struct coll_comm *comm, enum coll_func f,
+                         const struct coll_args *a)
+{
+    return true;
+}
+
+const struct coll_algo coll_algo_ring = {
+    .name = "ring",
+    .can_run = ring_can_run,
+    .run = {[COLL_FUNC_ALLREDUCE] = ring_allreduce,
+            [COLL_FUNC_BROADCAST] = ring_broadcast,
+            [COLL_FUNC_REDUCE] = ring_reduce,
+            [COLL_FUNC_ALLGATHER] = ring_allgather,
+            [COLL_FUNC_REDUCE_SCATTER] = ring_reduce_scatter},
+};

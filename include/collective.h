@@ -1,0 +1,212 @@
+/*
+ * libcollective: collective communication between processes or threads.
+ *
+ * The API follows NCCL's names, argument order, result codes, data types and
+ * reduction ops with `coll` in place of `nccl`, so NCCL code ports by
+ * search-and-replace.  Buffers are host memory.  Counts are always numbers of
+ * elements, never bytes.
+ *
+ * Threading: one thread at a time may call into a given communicator; different
+ * communicators may be used from different threads at the same time.  Ranks may
+ * be processes, or threads of one process that each call collCommInitRank with
+ * the same unique id.
+ */
+#ifndef COLLECTIVE_H
+#define COLLECTIVE_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define COLL_API __attribute__((visibility("default")))
+#else
+#define COLL_API
+#endif
+
+#define COLL_MAJOR 0
+#define COLL_MINOR 1
+#define COLL_PATCH 0
+/* Same encoding as NCCL_VERSION_CODE: major * 10000 + minor * 100 + patch. */
+#define COLL_VERSION_CODE (COLL_MAJOR * 10000 + COLL_MINOR * 100 + COLL_PATCH)
+
+#define COLL_UNIQUE_ID_BYTES 128
+typedef struct {
+    char internal[COLL_UNIQUE_ID_BYTES];
+} collUniqueId;
+
+typedef struct coll_comm *collComm_t; /* opaque */
+typedef void *collStream_t;
+
+typedef enum {
+    collSuccess = 0,
+    collUnhandledCudaError = 1,
+    collSystemError = 2,
+    collInternalError = 3,
+    collInvalidArgument = 4,
+    collInvalidUsage = 5,
+    collRemoteError = 6,
+    collInProgress = 7,
+    collTimeout = 8,
+    collNumResults = 9
+} collResult_t;
+
+typedef enum {
+    collInt8 = 0, collChar = 0,
+    collUint8 = 1,
+    collInt32 = 2, collInt = 2,
+    collUint32 = 3,
+    collInt64 = 4,
+    collUint64 = 5,
+    collFloat16 = 6, collHalf = 6,
+    collFloat32 = 7, collFloat = 7,
+    collFloat64 = 8, collDouble = 8,
+    collBfloat16 = 9,
+    collNumTypes = 10
+} collDataType_t;
+
+typedef enum {
+    collSum = 0,
+    collProd = 1,
+    collMax = 2,
+    collMin = 3,
+    collAvg = 4,
+    collNumOps = 5
+} collRedOp_t;
+
+/*
+ * collGetVersion: writes COLL_VERSION_CODE of the library (not of this header)
+ * to *version.  Returns collInvalidArgument when version is NULL.
+ * Thread safety: any thread, any time.
+ */
+COLL_API collResult_t collGetVersion(int *version);
+
+/*
+ * collGetUniqueId: creates the identity of a new communicator.  It starts a
+ * root listener (a thread of the calling process) and writes into *uniqueId its
+ * address, the id format number and a fresh random secret.  Pass the id to every
+ * rank (by any means) and call collCommInitRank there.  The listener serves one
+ * communicator and ends once every rank has registered, or after COLL_TIMEOUT_MS.
+ * With COLL_COMM_ID=host:port set, no listener starts: the id names that
+ * address and rank 0 becomes the root during collCommInitRank.
+ * Returns collInvalidArgument for a NULL uniqueId, collSystemError when no
+ * listener can be started.
+ * Thread safety: any thread.
+ */
+COLL_API collResult_t collGetUniqueId(collUniqueId *uniqueId);
+
+/*
+ * collCommInitRank: creates this rank's communicator among nranks ranks that all
+ * pass the same commId, and rank in [0, nranks).  Blocks until every rank has
+ * joined, or fails on every rank within COLL_TIMEOUT_MS (wrong nranks, duplicate
+ * rank, unreachable root).  On success *comm is set; on failure it is left alone.
+ * Thread safety: each rank's call from its own thread; the id may be shared.
+ */
+COLL_API collResult_t collCommInitRank(collComm_t *comm, int nranks, collUniqueId commId,
+                                       int rank);
+
+/*
+ * collCommInitFromEnv: like collCommInitRank, with rank, size and root taken from
+ * the environment a launcher sets, first match wins:
+ *   COLL_RANK / COLL_NRANKS / COLL_COMM_ID (host:port)         collrun
+ *   RANK / WORLD_SIZE / MASTER_ADDR + MASTER_PORT               torchrun
+ *   OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE                 Open MPI
+ *   SLURM_PROCID / SLURM_NTASKS                                 Slurm
+ *   PMI_RANK / PMI_SIZE                                         PMI
+ * The root address comes from COLL_COMM_ID, else MASTER_ADDR:MASTER_PORT; rank 0
+ * serves it.  COLL_SECRET, when set, is the secret every connection must show.
+ * Returns collInvalidArgument naming the missing or malformed variable.
+ * Thread safety: any thread; one call per rank.
+ */
+COLL_API collResult_t collCommInitFromEnv(collComm_t *comm);
+
+/*
+ * collCommDestroy: frees the communicator after finishing nothing new: it closes
+ * connections and joins helper threads.  NULL is accepted.
+ * Thread safety: not concurrently with other calls on the same comm.
+ */
+COLL_API collResult_t collCommDestroy(collComm_t comm);
+
+/*
+ * collCommAbort: like collCommDestroy, but makes any call blocked on the
+ * communicator in another thread return an error first.  NULL is accepted.
+ * Thread safety: may be called from any thread, even while another thread is
+ * inside a call on the same comm.
+ */
+COLL_API collResult_t collCommAbort(collComm_t comm);
+
+/*
+ * collCommGetAsyncError: writes the error that poisoned the communicator (or
+ * collSuccess) to *asyncError.
+ * Thread safety: any thread.
+ */
+COLL_API collResult_t collCommGetAsyncError(collComm_t comm, collResult_t *asyncError);
+
+/* collCommCount / collCommUserRank: the number of ranks / this rank.
+ * Thread safety: any thread. */
+COLL_API collResult_t collCommCount(const collComm_t comm, int *count);
+COLL_API collResult_t collCommUserRank(const collComm_t comm, int *rank);
+
+/* collGetErrorString: a static message for each result code.
+ * Thread safety: any thread. */
+COLL_API const char *collGetErrorString(collResult_t result);
+
+/*
+ * collGetLastError: the cause of the last failure on comm in words: the bad
+ * argument, or the operation with its sequence number, the peer rank with its
+ * host:port and the system error text.  With comm NULL, the last failure of the
+ * calling thread that had no communicator (for example a failed init).  The
+ * string is owned by the library and valid until the next call on comm.
+ * Thread safety: as the other calls on comm.
+ */
+COLL_API const char *collGetLastError(collComm_t comm);
+
+/*
+ * The collectives.  All block until complete on this rank when stream is NULL;
+ * a non-NULL stream is refused with collInvalidUsage in this version.  Every rank
+ * of comm must make the same calls in the same order with the same count,
+ * datatype, op and root.  Every rank receives bitwise the same result.
+ * A refused call (collInvalidArgument, collInvalidUsage) leaves comm usable; a
+ * system, remote or timeout failure poisons it: later calls return that error
+ * and only collCommDestroy / collCommAbort remain.
+ * Thread safety: one thread at a time per comm.
+ */
+
+/* collAllReduce: recvbuff[i] = op over ranks of sendbuff[i], for count elements.
+ * In place when sendbuff == recvbuff. */
+COLL_API collResult_t collAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                    collDataType_t datatype, collRedOp_t op, collComm_t comm,
+                                    collStream_t stream);
+
+/* collBroadcast: copies count elements of root's sendbuff to every rank's recvbuff.
+ * In place when sendbuff == recvbuff; sendbuff is read on the root only. */
+COLL_API collResult_t collBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                    collDataType_t datatype, int root, collComm_t comm,
+                                    collStream_t stream);
+
+/* collReduce: like collAllReduce with the result on root only; recvbuff may be NULL
+ * on the other ranks.  In place when sendbuff == recvbuff. */
+COLL_API collResult_t collReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                 collDataType_t datatype, collRedOp_t op, int root,
+                                 collComm_t comm, collStream_t stream);
+
+/* collAllGather: recvbuff (nranks * sendcount elements) gets each rank r's sendbuff
+ * at offset r * sendcount.  In place when sendbuff == recvbuff + rank * sendcount. */
+COLL_API collResult_t collAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                    collDataType_t datatype, collComm_t comm,
+                                    collStream_t stream);
+
+/* collReduceScatter: sendbuff holds nranks * recvcount elements; rank r receives in
+ * recvbuff the reduction of block r.  In place when recvbuff == sendbuff + rank *
+ * recvcount. */
+COLL_API collResult_t collReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                        collDataType_t datatype, collRedOp_t op,
+                                        collComm_t comm, collStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COLLECTIVE_H */

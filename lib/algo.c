@@ -1,0 +1,137 @@
+/* Algorithm selection.  COLL_ALGO overrides with NCCL's grammar:
+ *   COLL_ALGO=ring                       every collective
+ *   COLL_ALGO=allreduce:ring;broadcast:ring
+ *   COLL_ALGO=^naive                     exclude
+ * Otherwise the first algorithm of the table whose can_run accepts the call. */
+#include "algo.h"
+
+#include <string.h>
+#include <strings.h>
+
+static const struct coll_algo *const algo_table[] = {
+    &coll_algo_ring,
+};
+#define NALGOS ((int)(sizeof(algo_table) / sizeof(algo_table[0])))
+
+static const char *const func_names[COLL_FUNC_COUNT] = {
+    [COLL_FUNC_ALLREDUCE] = "allreduce", [COLL_FUNC_BROADCAST] = "broadcast",
+    [COLL_FUNC_REDUCE] = "reduce",       [COLL_FUNC_ALLGATHER] = "allgather",
+    [COLL_FUNC_REDUCE_SCATTER] = "reducescatter",
+};
+
+const char *coll_func_name(enum coll_func f)
+{
+    return (unsigned)f < COLL_FUNC_COUNT ? func_names[f] : "?";
+}
+
+static const struct coll_algo *algo_by_name(const char *name, size_t len)
+{
+    for (int i = 0; i < NALGOS; i++)
+        if (strlen(algo_table[i]->name) == len && strncasecmp(algo_table[i]->name, name, len) == 0)
+            return algo_table[i];
+    return NULL;
+}
+
+static int func_by_name(const char *name, size_t len)
+{
+    for (int f = 0; f < COLL_FUNC_COUNT; f++)
+        if (strlen(func_names[f]) == len && strncasecmp(func_names[f], name, len) == 0)
+            return f;
+    /* NCCL spells it with an underscore or without */
+    if (len == 14 && strncasecmp(name, "reduce_scatter", len) == 0)
+        return COLL_FUNC_REDUCE_SCATTER;
+    return -1;
+}
+
+/* Parses COLL_ALGO for function f.  allowed[] gets which algorithms may run.
+ * Returns -1 and a message in err on a syntax error. */
+static int algo_parse(const char *spec, enum coll_func f, bool *allowed, char *err, size_t errlen)
+{
+    for (int i = 0; i < NALGOS; i++)
+        allowed[i] = true;
+    if (spec == NULL)
+        return 0;
+    bool matched_func = false;
+    const char *p = spec;
+    while (*p) {
+        const char *end = strchr(p, ';');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        const char *colon = memchr(p, ':', len);
+        const char *list = p;
+        size_t list_len = len;
+        int func = -1;
+        if (colon) {
+            func = func_by_name(p, (size_t)(colon - p));
+            if (func < 0) {
+                snprintf(err, errlen, "COLL_ALGO: unknown collective '%.*s'", (int)(colon - p), p);
+                return -1;
+            }
+            list = colon + 1;
+            list_len = len - (size_t)(colon - p) - 1;
+        }
+        bool exclude = list_len > 0 && list[0] == '^';
+        if (exclude) {
+            list++;
+            list_len--;
+        }
+        bool sel[NALGOS] = {false};
+        const char *q = list;
+        while (q < list + list_len) {
+            const char *comma = memchr(q, ',', (size_t)(list + list_len - q));
+            size_t nl = comma ? (size_t)(comma - q) : (size_t)(list + list_len - q);
+            const struct coll_algo *a = algo_by_name(q, nl);
+            if (a == NULL) {
+                snprintf(err, errlen, "COLL_ALGO: unknown algorithm '%.*s'", (int)nl, q);
+                return -1;
+            }
+            for (int i = 0; i < NALGOS; i++)
+                if (algo_table[i] == a)
+                    sel[i] = true;
+            q += nl + (comma ? 1 : 0);
+        }
+        if (func < 0 || func == (int)f) {
+            if (func == (int)f)
+                matched_func = true;
+            if (func >= 0 || !matched_func)
+                for (int i = 0; i < NALGOS; i++)
+                    allowed[i] = exclude ? !sel[i] : sel[i];
+        }
+        p += len + (end ? 1 : 0);
+    }
+    return 0;
+}
+
+collResult_t coll_algo_check_env(struct coll_comm *comm)
+{
+    bool allowed[NALGOS];
+    char err[160];
+    const char *spec = coll_param_str(COLL_PARAM_ALGO);
+    for (int f = 0; f < COLL_FUNC_COUNT; f++) {
+        if (algo_parse(spec, (enum coll_func)f, allowed, err, sizeof(err)) != 0) {
+            coll_set_error(comm, "%s", err);
+            return collInvalidArgument;
+        }
+    }
+    return collSuccess;
+}
+
+collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
+                              const struct coll_algo **algo_p)
+{
+    bool allowed[NALGOS];
+    char err[160];
+    if (algo_parse(coll_param_str(COLL_PARAM_ALGO), f, allowed, err, sizeof(err)) != 0) {
+        coll_set_error(comm, "%s", err);
+        return collInvalidArgument;
+    }
+    for (int i = 0; i < NALGOS; i++) {
+        const struct coll_algo *al = algo_table[i];
+        if (allowed[i] && al->run[f] != NULL && al->can_run(comm, f, a)) {
+            *algo_p = al;
+            return collSuccess;
+        }
+    }
+    coll_set_error(comm, "%s: COLL_ALGO=%s leaves no algorithm that can run it",
+                   coll_func_name(f), coll_param_str(COLL_PARAM_ALGO));
+    return collInvalidUsage;
+}

@@ -1,0 +1,25 @@
+/* Allocation helpers that log size and site on failure. */
+#ifndef COLL_ALLOC_H
+#define COLL_ALLOC_H
+
+#include <stdlib.h>
+
+#include "collective.h"
+#include "log.h"
+
+#define coll_calloc(ptr_p, n)                                                                  \
+    (*(ptr_p) = NULL, coll_calloc_at((void **)(ptr_p), (n), sizeof(**(ptr_p)), __FILE__, __LINE__))
+
+static inline collResult_t coll_calloc_at(void **ptr_p, size_t n, size_t size, const char *file,
+                                          int line)
+{
+    void *p = calloc(n ? n : 1, size);
+    if (p == NULL) {
+        COLL_WARN("out of memory allocating %zu x %zu bytes at %s:%d", n, size, file, line);
+        return collSystemError;
+    }
+    *ptr_p = p;
+    return collSuccess;
+}
+
+#endif

@@ -1,0 +1,559 @@
+/* Bootstrap: the unique id, the rendezvous through the root, and the out-of-band
+ * ring used for allgather and barrier.
+ *
+ *   rank k --register(secret, nranks, rank, info)--> root
+ *   root   --table of every rank's info (or an error for all)--> every rank
+ *   rank r --hello(secret, r)--> rank r+1 on its bootstrap listener (the OOB ring)
+ *
+ * The root serves one communicator: it waits for nranks registrations, checks that
+ * they agree (secret, nranks, distinct ranks) and answers all at once.  Once one
+ * rank is refused for a mismatch, every rank that registered or registers later
+ * gets the same error, so no rank waits for its own deadline.  The root gives up
+ * COLL_TIMEOUT_MS after the first registration and tells the ranks that came
+ * which ranks never did. */
+#include "bootstrap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "socket.h"
+
+#define BOOT_MAGIC 0x544f4f42u /* "BOOT" */
+#define BOOT_MSG_BYTES 256
+
+struct boot_register {
+    uint32_t magic;
+    uint8_t secret[COLL_SECRET_BYTES];
+    int32_t nranks;
+    int32_t rank;
+    struct coll_rank_info info;
+};
+
+struct boot_reply {
+    uint32_t magic;
+    int32_t status; /* collResult_t */
+    char msg[BOOT_MSG_BYTES];
+};
+
+struct boot_ring_hello {
+    uint32_t magic;
+    uint8_t secret[COLL_SECRET_BYTES];
+    int32_t rank;
+};
+
+/* Per connection the root is still reading a registration from. */
+struct root_client {
+    int fd;
+    size_t got;
+    struct boot_register reg;
+    char addr[COLL_ADDR_STRLEN];
+};
+
+struct root_state {
+    int lfd;
+    uint8_t secret[COLL_SECRET_BYTES];
+    char addr[COLL_ADDR_STRLEN];
+};
+
+static bool secret_equal(const uint8_t *a, const uint8_t *b)
+{
+    uint8_t diff = 0; /* constant time: the comparison leaks nothing by timing */
+    for (int i = 0; i < COLL_SECRET_BYTES; i++)
+        diff |= (uint8_t)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+static void root_reply_error(int fd, collResult_t status, const char *msg)
+{
+    struct boot_reply rep = {.magic = BOOT_MAGIC, .status = status};
+    snprintf(rep.msg, sizeof(rep.msg), "%s", msg);
+    int err;
+    (void)coll_socket_send_all(fd, &rep, sizeof(rep), coll_now_ns() + 1000000000LL, &err);
+}
+
+/* Serves one communicator, then returns. */
+static void root_serve(struct root_state *st)
+{
+    enum { MAX_PENDING = 256 };
+    struct root_client pend[MAX_PENDING];
+    int npend = 0;
+    int nranks = -1, nreg = 0;
+    int *fds = NULL;                    /* fd per registered rank */
+    struct coll_rank_info *table = NULL;
+    collResult_t failed = collSuccess;  /* once set, every registration gets fail_msg */
+    char fail_msg[BOOT_MSG_BYTES] = "";
+    int64_t deadline = INT64_MAX;
+    int64_t timeout_ns = coll_param_int(COLL_PARAM_TIMEOUT_MS) * 1000000LL;
+
+    for (;;) {
+        struct pollfd pfds[MAX_PENDING + 1];
+        pfds[0] = (struct pollfd){.fd = st->lfd, .events = POLLIN};
+        for (int i = 0; i < npend; i++)
+            pfds[i + 1] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
+        int64_t now = coll_now_ns();
+        if (now >= deadline)
+            break;
+        int64_t wait_ms = deadline == INT64_MAX ? 1000 : (deadline - now) / 1000000 + 1;
+        int pr = poll(pfds, (nfds_t)npend + 1, wait_ms > 1000 ? 1000 : (int)wait_ms);
+        if (pr < 0 && errno != EINTR)
+            break;
+        if (pfds[0].revents & POLLIN) {
+            union coll_sockaddr ss;
+            socklen_t sl = sizeof(ss);
+            int fd = accept4(st->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (fd >= 0 && npend < MAX_PENDING) {
+                pend[npend] = (struct root_client){.fd = fd};
+                coll_socket_addr_str((struct sockaddr *)&ss, pend[npend].addr, COLL_ADDR_STRLEN);
+                npend++;
+            } else if (fd >= 0) {
+                close(fd);
+            }
+        }
+        for (int i = npend - 1; i >= 0; i--) {
+            if (!(pfds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
+                continue;
+            struct root_client *c = &pend[i];
+            ssize_t r = recv(c->fd, (char *)&c->reg + c->got, sizeof(c->reg) - c->got, 0);
+            bool drop = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR);
+            if (r > 0)
+                c->got += (size_t)r;
+            if (!drop && c->got >= sizeof(uint32_t) + COLL_SECRET_BYTES &&
+                (c->reg.magic != BOOT_MAGIC || !secret_equal(c->reg.secret, st->secret))) {
+                COLL_WARN("bootstrap root %s refused a connection from %s: it did not show "
+                          "the communicator's secret", st->addr, c->addr);
+                drop = true;
+            }
+            bool complete = !drop && c->got == sizeof(c->reg);
+            if (!drop && !complete)
+                continue;
+            int fd = c->fd;
+            struct boot_register reg = c->reg;
+            pend[i] = pend[--npend];
+            if (drop) {
+                close(fd);
+                continue;
+            }
+            if (deadline == INT64_MAX)
+                deadline = coll_now_ns() + timeout_ns;
+            if (failed == collSuccess && nranks < 0) {
+                if (reg.nranks < 1 || reg.nranks > (1 << 20)) {
+                    close(fd);
+                    continue;
+                }
+                nranks = reg.nranks;
+                fds = malloc(sizeof(int) * (size_t)nranks);
+                table = calloc((size_t)nranks, sizeof(*table));
+                if (fds == NULL || table == NULL) {
+                    failed = collSystemError;
+                    snprintf(fail_msg, sizeof(fail_msg), "bootstrap root out of memory");
+                } else {
+                    for (int k = 0; k < nranks; k++)
+                        fds[k] = -1;
+                }
+            }
+            if (failed == collSuccess && reg.nranks != nranks) {
+                failed = collInvalidUsage;
+                snprintf(fail_msg, sizeof(fail_msg),
+                         "ranks disagree on nranks: rank %d (pid %d on %.64s) passed %d, "
+                         "an earlier rank passed %d", reg.rank, reg.info.pid, reg.info.host,
+                         reg.nranks, nranks);
+            } else if (failed == collSuccess && (reg.rank < 0 || reg.rank >= nranks)) {
+                failed = collInvalidUsage;
+                snprintf(fail_msg, sizeof(fail_msg), "rank %d registered, outside [0, %d)",
+                         reg.rank, nranks);
+            } else if (failed == collSuccess && fds[reg.rank] >= 0) {
+                failed = collInvalidUsage;
+                snprintf(fail_msg, sizeof(fail_msg),
+                         "duplicate rank %d: registered by pid %d on %.64s and by pid %d on "
+                         "%.64s", reg.rank, table[reg.rank].pid, table[reg.rank].host,
+                         reg.info.pid, reg.info.host);
+            }
+            if (failed != collSuccess) {
+                COLL_WARN("bootstrap root %s: %s", st->addr, fail_msg);
+                root_reply_error(fd, failed, fail_msg);
+                close(fd);
+                for (int k = 0; fds != NULL && k < nranks; k++) {
+                    if (fds[k] >= 0) {
+                        root_reply_error(fds[k], failed, fail_msg);
+                        close(fds[k]);
+                        fds[k] = -1;
+                    }
+                }
+                continue;
+            }
+            fds[reg.rank] = fd;
+            table[reg.rank] = reg.info;
+            table[reg.rank].rank = reg.rank;
+            if (++nreg < nranks)
+                continue;
+            /* Everyone is here: send the table to all and finish. */
+            struct boot_reply ok = {.magic = BOOT_MAGIC, .status = collSuccess};
+            for (int k = 0; k < nranks; k++) {
+                int err;
+                int64_t dl = coll_now_ns() + timeout_ns;
+                if (coll_socket_send_all(fds[k], &ok, sizeof(ok), dl, &err) != collSuccess ||
+                    coll_socket_send_all(fds[k], table, sizeof(*table) * (size_t)nranks, dl,
+                                         &err) != collSuccess)
+                    COLL_WARN("bootstrap root %s could not send the table to rank %d: %s",
+                              st->addr, k, strerror(err));
+                close(fds[k]);
+                fds[k] = -1;
+            }
+            goto out;
+        }
+    }
+    /* Deadline: tell the ranks that came who is missing. */
+    if (failed == collSuccess && nranks > 0) {
+        char msg[BOOT_MSG_BYTES];
+        int o = snprintf(msg, sizeof(msg), "only %d of %d ranks joined within %lld ms; missing:",
+                         nreg, nranks, (long long)(timeout_ns / 1000000));
+        for (int k = 0; k < nranks && o < (int)sizeof(msg) - 8; k++)
+            if (fds[k] < 0)
+                o += snprintf(msg + o, sizeof(msg) - (size_t)o, " %d", k);
+        COLL_WARN("bootstrap root %s: %s", st->addr, msg);
+        for (int k = 0; k < nranks; k++)
+            if (fds[k] >= 0) {
+                root_reply_error(fds[k], collTimeout, msg);
+                close(fds[k]);
+                fds[k] = -1;
+            }
+    }
+out:
+    for (int i = 0; i < npend; i++)
+        close(pend[i].fd);
+    free(fds);
+    free(table);
+}
+
+static void *root_thread(void *arg)
+{
+    struct root_state *st = arg;
+    root_serve(st);
+    close(st->lfd);
+    free(st);
+    return NULL;
+}
+
+/* Starts the root listener thread on ss (port 0 = any). */
+static collResult_t root_start(union coll_sockaddr *ss, socklen_t *len_p,
+                               const uint8_t *secret)
+{
+    struct root_state *st;
+    COLL_CHECK(coll_calloc(&st, 1));
+    collResult_t res = coll_socket_listen(ss, len_p, &st->lfd);
+    if (res != collSuccess) {
+        free(st);
+        return res;
+    }
+    memcpy(st->secret, secret, COLL_SECRET_BYTES);
+    coll_socket_addr_str((struct sockaddr *)ss, st->addr, sizeof(st->addr));
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &attr, root_thread, st);
+    pthread_attr_destroy(&attr);
+    if (rc != 0) {
+        COLL_WARN("cannot start the bootstrap root thread: %s", strerror(rc));
+        close(st->lfd);
+        free(st);
+        return collSystemError;
+    }
+    COLL_INFO(COLL_SUBSYS_BOOT, "bootstrap root listening on %s", st->addr);
+    return collSuccess;
+}
+
+collResult_t coll_bootstrap_get_unique_id(struct coll_id *id)
+{
+    memset(id, 0, sizeof(*id));
+    id->magic = COLL_ID_MAGIC;
+    id->format = COLL_ID_FORMAT;
+    if (getrandom(id->secret, sizeof(id->secret), 0) != (ssize_t)sizeof(id->secret)) {
+        COLL_WARN("getrandom failed: %s", strerror(errno));
+        return collSystemError;
+    }
+    socklen_t len;
+    COLL_CHECK(coll_socket_pick_addr(NULL, &id->addr, &len, NULL, 0));
+    COLL_CHECK(root_start(&id->addr, &len, id->secret));
+    id->addrlen = len;
+    return collSuccess;
+}
+
+/* A secret derived from a string, for ids built from the environment without
+ * COLL_SECRET: it only keeps apart jobs that use different addresses. */
+static void secret_from_string(const char *s, uint8_t *out)
+{
+    uint64_t h1 = 1469598103934665603ULL, h2 = 0x9e3779b97f4a7c15ULL;
+    for (const char *p = s; *p; p++) {
+        h1 = (h1 ^ (uint8_t)*p) * 1099511628211ULL;
+        h2 = (h2 ^ (uint8_t)*p) * 0x100000001b3ULL + (h2 >> 29);
+    }
+    memcpy(out, &h1, 8);
+    memcpy(out + 8, &h2, 8);
+}
+
+collResult_t coll_bootstrap_id_from_addr(const char *hostport, const char *secret_hex,
+                                         struct coll_id *id)
+{
+    memset(id, 0, sizeof(*id));
+    id->magic = COLL_ID_MAGIC;
+    id->format = COLL_ID_FORMAT;
+    id->root_is_rank0 = 1;
+    char err[160];
+    socklen_t len;
+    if (coll_socket_parse_hostport(hostport, &id->addr, &len, err, sizeof(err)) != collSuccess) {
+        COLL_WARN("bad root address: %s", err);
+        return collInvalidArgument;
+    }
+    id->addrlen = len;
+    if (secret_hex == NULL) {
+        secret_from_string(hostport, id->secret);
+        return collSuccess;
+    }
+    /* Any length of hex: folded into the 16 secret bytes. */
+    size_t n = strlen(secret_hex);
+    if (n == 0 || n % 2 != 0) {
+        COLL_WARN("COLL_SECRET must be an even number of hex digits");
+        return collInvalidArgument;
+    }
+    for (size_t i = 0; i < n; i += 2) {
+        unsigned v;
+        if (sscanf(secret_hex + i, "%2x", &v) != 1) {
+            COLL_WARN("COLL_SECRET has a non-hex digit at position %zu", i);
+            return collInvalidArgument;
+        }
+        id->secret[(i / 2) % COLL_SECRET_BYTES] ^= (uint8_t)v;
+    }
+    return collSuccess;
+}
+
+/* Registers with the root and receives the table. */
+static collResult_t boot_register(struct coll_comm *comm, const struct coll_id *id,
+                                  const struct coll_rank_info *mine, int64_t deadline)
+{
+    char raddr[COLL_ADDR_STRLEN];
+    coll_socket_addr_str((const struct sockaddr *)&id->addr, raddr, sizeof(raddr));
+    int fd, err;
+    collResult_t res = coll_socket_connect((const struct sockaddr *)&id->addr, id->addrlen,
+                                           deadline, &fd);
+    if (res != collSuccess) {
+        coll_set_error(comm, "bootstrap: cannot reach the root at %s within %lld ms: %s", raddr,
+                       (long long)comm->timeout_ms, strerror(errno));
+        return res == collTimeout ? collTimeout : collSystemError;
+    }
+    struct boot_register reg = {.magic = BOOT_MAGIC, .nranks = comm->nranks, .rank = comm->rank,
+                                .info = *mine};
+    memcpy(reg.secret, id->secret, COLL_SECRET_BYTES);
+    res = coll_socket_send_all(fd, &reg, sizeof(reg), deadline, &err);
+    struct boot_reply rep;
+    if (res == collSuccess)
+        res = coll_socket_recv_all(fd, &rep, sizeof(rep), deadline, &err);
+    if (res == collSuccess && rep.magic != BOOT_MAGIC)
+        res = collRemoteError;
+    if (res != collSuccess) {
+        if (res == collTimeout)
+            coll_set_error(comm, "bootstrap: timed out after %lld ms waiting for the other "
+                           "ranks at the root %s", (long long)comm->timeout_ms, raddr);
+        else
+            coll_set_error(comm, "bootstrap: the root %s closed the connection without an "
+                           "answer (a wrong secret is refused this way)%s%s", raddr,
+                           err ? ": " : "", err ? strerror(err) : "");
+        close(fd);
+        return res;
+    }
+    if (rep.status != collSuccess) {
+        rep.msg[sizeof(rep.msg) - 1] = '\0';
+        coll_set_error(comm, "bootstrap: the root %s refused rank %d: %s", raddr, comm->rank,
+                       rep.msg);
+        close(fd);
+        return (collResult_t)rep.status;
+    }
+    struct coll_rank_info *table = malloc(sizeof(*table) * (size_t)comm->nranks);
+    if (table == NULL) {
+        close(fd);
+        return collSystemError;
+    }
+    res = coll_socket_recv_all(fd, table, sizeof(*table) * (size_t)comm->nranks, deadline, &err);
+    close(fd);
+    if (res != collSuccess) {
+        coll_set_error(comm, "bootstrap: lost the root %s while reading the rank table", raddr);
+        free(table);
+        return res;
+    }
+    for (int k = 0; k < comm->nranks; k++)
+        comm->peers[k].info = table[k];
+    free(table);
+    return collSuccess;
+}
+
+/* Links the out-of-band ring: connect to the next rank, accept the previous. */
+static collResult_t boot_ring_link(struct coll_comm *comm, int64_t deadline)
+{
+    int next = (comm->rank + 1) % comm->nranks;
+    int prev = (comm->rank - 1 + comm->nranks) % comm->nranks;
+    const struct coll_rank_info *ni = &comm->peers[next].info;
+    int err;
+    char a[COLL_ADDR_STRLEN];
+    collResult_t res = coll_socket_connect((const struct sockaddr *)&ni->boot_addr,
+                                           ni->boot_addrlen, deadline, &comm->boot_next_fd);
+    if (res != collSuccess) {
+        coll_set_error(comm, "bootstrap: cannot connect to rank %d at %s (%.64s): %s", next,
+                       coll_socket_addr_str((const struct sockaddr *)&ni->boot_addr, a, sizeof(a)),
+                       ni->host, strerror(errno));
+        return res;
+    }
+    struct boot_ring_hello h = {.magic = BOOT_MAGIC, .rank = comm->rank};
+    memcpy(h.secret, comm->secret, COLL_SECRET_BYTES);
+    COLL_CHECK(coll_socket_send_all(comm->boot_next_fd, &h, sizeof(h), deadline, &err));
+    while (comm->boot_prev_fd < 0) {
+        int fd;
+        res = coll_socket_accept(comm->boot_listen_fd, deadline, &fd);
+        if (res != collSuccess) {
+            coll_set_error(comm, "bootstrap: rank %d (%.64s) did not connect within %lld ms",
+                           prev, comm->peers[prev].info.host, (long long)comm->timeout_ms);
+            return res;
+        }
+        struct boot_ring_hello in;
+        /* A stray client gets a short look, not the whole deadline. */
+        int64_t dl = coll_now_ns() + 2000000000LL;
+        res = coll_socket_recv_all(fd, &in, sizeof(in), dl < deadline ? dl : deadline, &err);
+        if (res != collSuccess || in.magic != BOOT_MAGIC ||
+            !secret_equal(in.secret, comm->secret) || in.rank != prev) {
+            COLL_WARN("bootstrap: refused a connection on the ring listener: it did not show "
+                      "the secret and rank %d", prev);
+            close(fd);
+            continue;
+        }
+        comm->boot_prev_fd = fd;
+    }
+    return collSuccess;
+}
+
+collResult_t coll_bootstrap_prepare(struct coll_comm *comm, const struct coll_id *id,
+                                    struct coll_rank_info *mine)
+{
+    memcpy(comm->secret, id->secret, COLL_SECRET_BYTES);
+    if (id->root_is_rank0 && comm->rank == 0) {
+        /* Serve the root on the given port, on every address of this host. */
+        union coll_sockaddr ss = id->addr;
+        socklen_t len = id->addrlen;
+        if (ss.sa.sa_family == AF_INET)
+            ((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
+        else
+            ((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_any;
+        collResult_t res = root_start(&ss, &len, id->secret);
+        if (res != collSuccess) {
+            char a[COLL_ADDR_STRLEN];
+            coll_set_error(comm, "bootstrap: rank 0 cannot serve the root on %s: %s",
+                           coll_socket_addr_str((const struct sockaddr *)&ss, a, sizeof(a)),
+                           strerror(errno));
+            return res;
+        }
+    }
+    /* The out-of-band listener, on the interface that reaches the root; the data
+     * transports follow the same choice. */
+    socklen_t len;
+    COLL_CHECK(coll_socket_pick_addr((const struct sockaddr *)&id->addr, &mine->boot_addr, &len,
+                                     NULL, 0));
+    if (mine->boot_addr.sa.sa_family == AF_INET)
+        ((struct sockaddr_in *)&mine->boot_addr)->sin_port = 0;
+    else
+        ((struct sockaddr_in6 *)&mine->boot_addr)->sin6_port = 0;
+    COLL_CHECK(coll_socket_listen(&mine->boot_addr, &len, &comm->boot_listen_fd));
+    mine->boot_addrlen = len;
+    return collSuccess;
+}
+
+collResult_t coll_bootstrap_init(struct coll_comm *comm, const struct coll_id *id,
+                                 const struct coll_rank_info *mine)
+{
+    int64_t deadline = coll_now_ns() + comm->timeout_ms * 1000000LL;
+    COLL_CHECK(boot_register(comm, id, mine, deadline));
+    if (comm->nranks > 1)
+        COLL_CHECK(boot_ring_link(comm, deadline));
+    return collSuccess;
+}
+
+/* Sends sbuf to the next rank while receiving rbuf from the previous one. */
+static collResult_t boot_sendrecv(struct coll_comm *comm, const void *sbuf, void *rbuf, size_t n,
+                                  int64_t deadline)
+{
+    size_t sent = 0, got = 0;
+    while (sent < n || got < n) {
+        if (sent < n) {
+            ssize_t w = send(comm->boot_next_fd, (const char *)sbuf + sent, n - sent,
+                             MSG_NOSIGNAL | MSG_DONTWAIT);
+            if (w > 0)
+                sent += (size_t)w;
+            else if (w < 0 && errno != EAGAIN && errno != EINTR)
+                goto fail;
+        }
+        if (got < n) {
+            ssize_t r = recv(comm->boot_prev_fd, (char *)rbuf + got, n - got, MSG_DONTWAIT);
+            if (r > 0)
+                got += (size_t)r;
+            else if (r == 0 || (errno != EAGAIN && errno != EINTR))
+                goto fail;
+        }
+        if (sent == n && got == n)
+            break;
+        if (coll_now_ns() >= deadline) {
+            coll_set_error(comm, "bootstrap exchange timed out after %lld ms",
+                           (long long)comm->timeout_ms);
+            return collTimeout;
+        }
+        struct pollfd p[2] = {{.fd = comm->boot_next_fd, .events = sent < n ? POLLOUT : 0},
+                              {.fd = comm->boot_prev_fd, .events = got < n ? POLLIN : 0}};
+        (void)poll(p, 2, 100);
+    }
+    return collSuccess;
+fail:
+    coll_set_error(comm, "bootstrap exchange with a neighbour failed: %s",
+                   errno ? strerror(errno) : "connection closed");
+    return collRemoteError;
+}
+
+collResult_t coll_bootstrap_allgather(struct coll_comm *comm, void *data, size_t size)
+{
+    int n = comm->nranks, r = comm->rank;
+    int64_t deadline = coll_now_ns() + comm->timeout_ms * 1000000LL;
+    char *d = data;
+    for (int s = 0; s < n - 1; s++) {
+        int sslot = (r - s + n) % n, rslot = (r - s - 1 + n) % n;
+        COLL_CHECK(boot_sendrecv(comm, d + (size_t)sslot * size, d + (size_t)rslot * size, size,
+                                 deadline));
+    }
+    return collSuccess;
+}
+
+collResult_t coll_bootstrap_barrier(struct coll_comm *comm)
+{
+    /* A token passed n-1 times around the ring: when it has come back, every rank
+     * has arrived. */
+    int64_t deadline = coll_now_ns() + comm->timeout_ms * 1000000LL;
+    for (int lap = 0; lap < 1 && comm->nranks > 1; lap++) {
+        for (int s = 0; s < comm->nranks - 1; s++) {
+            char t = 0, u;
+            COLL_CHECK(boot_sendrecv(comm, &t, &u, 1, deadline));
+        }
+    }
+    return collSuccess;
+}
+
+void coll_bootstrap_fini(struct coll_comm *comm)
+{
+    if (comm->boot_next_fd >= 0)
+        close(comm->boot_next_fd);
+    if (comm->boot_prev_fd >= 0)
+        close(comm->boot_prev_fd);
+    if (comm->boot_listen_fd >= 0)
+        close(comm->boot_listen_fd);
+    comm->boot_next_fd = comm->boot_prev_fd = comm->boot_listen_fd = -1;
+}

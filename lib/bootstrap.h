@@ -1,0 +1,63 @@
+/* Bootstrap: unique id, rendezvous through the root, out-of-band allgather/barrier. */
+#ifndef COLL_BOOTSTRAP_H
+#define COLL_BOOTSTRAP_H
+
+#include <netinet/in.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "collective.h"
+#include "socket.h"
+#include "transport.h"
+
+#define COLL_MAX_TRANSPORTS 4
+
+#define COLL_ID_MAGIC 0x4c4c4f43u /* "COLL" little-endian */
+#define COLL_ID_FORMAT 1u
+#define COLL_SECRET_BYTES 16
+
+/* The layout of collUniqueId.internal.  Tests flip the secret to check refusal. */
+struct coll_id {
+    uint32_t magic;
+    uint32_t format;
+    uint8_t secret[COLL_SECRET_BYTES];
+    uint32_t root_is_rank0; /* 1: no listener was started; rank 0 serves the root */
+    uint32_t addrlen;
+    union coll_sockaddr addr; /* the root's address */
+};
+_Static_assert(sizeof(struct coll_id) <= COLL_UNIQUE_ID_BYTES, "id must fit collUniqueId");
+
+struct coll_comm;
+
+/* What every rank tells the others at init. */
+struct coll_rank_info {
+    int32_t rank;
+    int32_t pid;
+    uint64_t host_hash;         /* hash of host name + boot id */
+    char host[64];              /* host name, for messages */
+    union coll_sockaddr boot_addr; /* this rank's bootstrap listener */
+    uint32_t boot_addrlen;
+    uint32_t tp_mask;           /* bit i: transport i of the table is listening */
+    uint8_t tp_handle[COLL_MAX_TRANSPORTS][COLL_TP_HANDLE_BYTES]; /* listen handles */
+};
+
+collResult_t coll_bootstrap_get_unique_id(struct coll_id *id);
+/* Id from COLL_COMM_ID (or MASTER_ADDR:MASTER_PORT) and COLL_SECRET. */
+collResult_t coll_bootstrap_id_from_addr(const char *hostport, const char *secret_hex,
+                                         struct coll_id *id);
+/* Starts the root when this is rank 0 of an id built from an address, and this
+ * rank's out-of-band listener; fills mine->boot_addr (whose interface the data
+ * transports also use). */
+collResult_t coll_bootstrap_prepare(struct coll_comm *comm, const struct coll_id *id,
+                                    struct coll_rank_info *mine);
+/* Joins the communicator: registers with the root, receives every rank's info
+ * into comm->peers, and links the bootstrap ring.  comm->rank/nranks set. */
+collResult_t coll_bootstrap_init(struct coll_comm *comm, const struct coll_id *id,
+                                 const struct coll_rank_info *mine);
+/* Out-of-band allgather of `size` bytes per rank (data holds nranks slots; this
+ * rank's slot is filled in). */
+collResult_t coll_bootstrap_allgather(struct coll_comm *comm, void *data, size_t size);
+collResult_t coll_bootstrap_barrier(struct coll_comm *comm);
+void coll_bootstrap_fini(struct coll_comm *comm);
+
+#endif

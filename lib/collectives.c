@@ -1,0 +1,149 @@
+/* The collective calls: every argument is checked here, at the boundary, and a
+ * refused call leaves the communicator as it was.  Then the algorithm runs. */
+#include <stdint.h>
+#include <string.h>
+
+#include "algo.h"
+#include "exec.h"
+#include "internal.h"
+#include "reduce.h"
+
+struct call_check {
+    const char *fn;
+    const void *sendbuff;
+    const void *recvbuff;
+    size_t send_elems;   /* elements read from sendbuff */
+    size_t recv_elems;   /* elements written to recvbuff */
+    bool recv_optional;  /* recvbuff may be NULL (reduce off the root) */
+    bool send_optional;  /* sendbuff may be NULL (broadcast off the root) */
+    collDataType_t datatype;
+    int op;              /* -1: the call has no op */
+    int root;            /* -1: the call has no root */
+    collStream_t stream;
+};
+
+static collResult_t call_check(struct coll_comm *comm, const struct call_check *c, size_t count,
+                               size_t mult)
+{
+    if (comm == NULL) {
+        coll_set_error(NULL, "%s: comm is NULL", c->fn);
+        return collInvalidArgument;
+    }
+    if ((unsigned)c->datatype >= collNumTypes) {
+        coll_set_error(comm, "%s: datatype %d is out of range [0, %d)", c->fn, (int)c->datatype,
+                       collNumTypes);
+        return collInvalidArgument;
+    }
+    if (c->op != -1 && (unsigned)c->op >= collNumOps) {
+        coll_set_error(comm, "%s: op %d is out of range [0, %d)", c->fn, c->op, collNumOps);
+        return collInvalidArgument;
+    }
+    if (c->root != -1 && (c->root < 0 || c->root >= comm->nranks)) {
+        coll_set_error(comm, "%s: root %d is out of range [0, %d)", c->fn, c->root,
+                       comm->nranks);
+        return collInvalidArgument;
+    }
+    size_t esize = coll_dtype_size(c->datatype);
+    if (count > SIZE_MAX / esize / mult || count * esize * mult > (size_t)PTRDIFF_MAX) {
+        coll_set_error(comm, "%s: count %zu of %zu-byte elements (x %zu) overflows the address "
+                       "space", c->fn, count, esize, mult);
+        return collInvalidArgument;
+    }
+    if (c->send_elems > 0 && c->sendbuff == NULL && !c->send_optional) {
+        coll_set_error(comm, "%s: sendbuff is NULL with count %zu", c->fn, count);
+        return collInvalidArgument;
+    }
+    if (c->recv_elems > 0 && c->recvbuff == NULL && !c->recv_optional) {
+        coll_set_error(comm, "%s: recvbuff is NULL with count %zu", c->fn, count);
+        return collInvalidArgument;
+    }
+    if (c->stream != NULL) {
+        coll_set_error(comm, "%s: stream must be NULL: asynchronous streams are not supported "
+                       "in this version", c->fn);
+        return collInvalidUsage;
+    }
+    collResult_t poisoned = (collResult_t)atomic_load(&comm->async_error);
+    if (poisoned != collSuccess)
+        return poisoned; /* the cause is already in last_error */
+    return collSuccess;
+}
+
+static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const struct coll_args *a)
+{
+    const struct coll_algo *algo;
+    COLL_CHECK(coll_algo_select(comm, f, a, &algo));
+    atomic_fetch_add(&comm->busy, 1);
+    comm->seq++;
+    coll_exec_begin(comm, coll_func_name(f));
+    COLL_TRACE_LOG(COLL_SUBSYS_COLL, "%s #%llu count %zu %s via %s", coll_func_name(f),
+                   (unsigned long long)comm->seq, a->count, coll_dtype_name(a->dtype),
+                   algo->name);
+    collResult_t res = algo->run[f](comm, a);
+    atomic_fetch_sub(&comm->busy, 1);
+    return res;
+}
+
+COLL_API collResult_t collAllReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                    collDataType_t datatype, collRedOp_t op, collComm_t comm,
+                                    collStream_t stream)
+{
+    struct call_check c = {.fn = "collAllReduce", .sendbuff = sendbuff, .recvbuff = recvbuff,
+                           .send_elems = count, .recv_elems = count, .datatype = datatype,
+                           .op = (int)op, .root = -1, .stream = stream};
+    COLL_CHECK(call_check(comm, &c, count, 1));
+    struct coll_args a = {sendbuff, recvbuff, count, datatype, op, 0};
+    return call_run(comm, COLL_FUNC_ALLREDUCE, &a);
+}
+
+COLL_API collResult_t collBroadcast(const void *sendbuff, void *recvbuff, size_t count,
+                                    collDataType_t datatype, int root, collComm_t comm,
+                                    collStream_t stream)
+{
+    bool is_root = comm != NULL && comm->rank == root;
+    struct call_check c = {.fn = "collBroadcast", .sendbuff = sendbuff, .recvbuff = recvbuff,
+                           .send_elems = count, .recv_elems = count, .send_optional = !is_root,
+                           .datatype = datatype, .op = -1, .root = root, .stream = stream};
+    COLL_CHECK(call_check(comm, &c, count, 1));
+    struct coll_args a = {sendbuff, recvbuff, count, datatype, collSum, root};
+    return call_run(comm, COLL_FUNC_BROADCAST, &a);
+}
+
+COLL_API collResult_t collReduce(const void *sendbuff, void *recvbuff, size_t count,
+                                 collDataType_t datatype, collRedOp_t op, int root,
+                                 collComm_t comm, collStream_t stream)
+{
+    bool is_root = comm != NULL && comm->rank == root;
+    struct call_check c = {.fn = "collReduce", .sendbuff = sendbuff, .recvbuff = recvbuff,
+                           .send_elems = count, .recv_elems = count, .recv_optional = !is_root,
+                           .datatype = datatype, .op = (int)op, .root = root, .stream = stream};
+    COLL_CHECK(call_check(comm, &c, count, 1));
+    struct coll_args a = {sendbuff, recvbuff, count, datatype, op, root};
+    return call_run(comm, COLL_FUNC_REDUCE, &a);
+}
+
+COLL_API collResult_t collAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
+                                    collDataType_t datatype, collComm_t comm,
+                                    collStream_t stream)
+{
+    size_t n = comm ? (size_t)comm->nranks : 1;
+    struct call_check c = {.fn = "collAllGather", .sendbuff = sendbuff, .recvbuff = recvbuff,
+                           .send_elems = sendcount, .recv_elems = sendcount,
+                           .datatype = datatype, .op = -1, .root = -1, .stream = stream};
+    COLL_CHECK(call_check(comm, &c, sendcount, n));
+    struct coll_args a = {sendbuff, recvbuff, sendcount, datatype, collSum, 0};
+    return call_run(comm, COLL_FUNC_ALLGATHER, &a);
+}
+
+COLL_API collResult_t collReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
+                                        collDataType_t datatype, collRedOp_t op,
+                                        collComm_t comm, collStream_t stream)
+{
+    size_t n = comm ? (size_t)comm->nranks : 1;
+    struct call_check c = {.fn = "collReduceScatter", .sendbuff = sendbuff,
+                           .recvbuff = recvbuff, .send_elems = recvcount,
+                           .recv_elems = recvcount, .datatype = datatype, .op = (int)op,
+                           .root = -1, .stream = stream};
+    COLL_CHECK(call_check(comm, &c, recvcount, n));
+    struct coll_args a = {sendbuff, recvbuff, recvcount, datatype, op, 0};
+    return call_run(comm, COLL_FUNC_REDUCE_SCATTER, &a);
+}

@@ -1,0 +1,294 @@
+/* Communicator lifecycle: creation from a unique id, destruction, abort, errors. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/sysinfo.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "algo.h"
+#include "exec.h"
+#include "internal.h"
+#include "pattern.h"
+
+/* The cause of the last failure that had no communicator (a failed init). */
+static _Thread_local char tls_last_error[COLL_ERRMSG_BYTES];
+
+void coll_set_error(struct coll_comm *comm, const char *fmt, ...)
+{
+    char *dst = comm ? comm->last_error : tls_last_error;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(dst, COLL_ERRMSG_BYTES, fmt, ap);
+    va_end(ap);
+    COLL_WARN("%s", dst);
+}
+
+void coll_comm_poison(struct coll_comm *comm, collResult_t res)
+{
+    int expected = collSuccess;
+    if (atomic_compare_exchange_strong(&comm->async_error, &expected, (int)res))
+        coll_transport_shutdown_all(comm);
+}
+
+collResult_t coll_comm_scratch(struct coll_comm *comm, size_t bytes, void **p_p)
+{
+    if (bytes > comm->scratch_bytes) {
+        free(comm->scratch);
+        comm->scratch = NULL;
+        comm->scratch_bytes = 0;
+        /* Page-aligned so the reduction kernels see aligned slots. */
+        if (posix_memalign(&comm->scratch, 4096, bytes) != 0) {
+            coll_set_error(comm, "cannot allocate %zu bytes of scratch", bytes);
+            return collSystemError;
+        }
+        comm->scratch_bytes = bytes;
+    }
+    *p_p = comm->scratch;
+    return collSuccess;
+}
+
+COLL_API collResult_t collGetVersion(int *version)
+{
+    if (version == NULL) {
+        coll_set_error(NULL, "collGetVersion: version is NULL");
+        return collInvalidArgument;
+    }
+    *version = COLL_VERSION_CODE;
+    return collSuccess;
+}
+
+COLL_API collResult_t collGetUniqueId(collUniqueId *uniqueId)
+{
+    if (uniqueId == NULL) {
+        coll_set_error(NULL, "collGetUniqueId: uniqueId is NULL");
+        return collInvalidArgument;
+    }
+    struct coll_id id;
+    const char *env = coll_param_str(COLL_PARAM_COMM_ID);
+    if (env != NULL)
+        COLL_CHECK(coll_bootstrap_id_from_addr(env, coll_param_str(COLL_PARAM_SECRET), &id));
+    else
+        COLL_CHECK(coll_bootstrap_get_unique_id(&id));
+    memset(uniqueId, 0, sizeof(*uniqueId));
+    memcpy(uniqueId->internal, &id, sizeof(id));
+    return collSuccess;
+}
+
+static uint64_t host_hash(char *host, size_t hostlen)
+{
+    gethostname(host, hostlen - 1);
+    host[hostlen - 1] = '\0';
+    char boot[64] = "";
+    FILE *f = fopen("/proc/sys/kernel/random/boot_id", "r");
+    if (f) {
+        if (fgets(boot, sizeof(boot), f) == NULL)
+            boot[0] = '\0';
+        fclose(f);
+    }
+    uint64_t h = 1469598103934665603ULL;
+    for (const char *p = host; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+    for (const char *p = boot; *p; p++)
+        h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+    return h;
+}
+
+/* Resolves tuning that depends on the job's shape. */
+static void comm_tune(struct coll_comm *comm)
+{
+    int64_t chunk = coll_param_int(COLL_PARAM_CHUNKSIZE);
+    comm->chunk_bytes = chunk > 0 ? (size_t)chunk : 512 * 1024;
+    if (comm->chunk_bytes < 4096)
+        comm->chunk_bytes = 4096;
+    int64_t buff = coll_param_int(COLL_PARAM_BUFFSIZE);
+    comm->depth = buff > 0 ? (int)(buff / (int64_t)comm->chunk_bytes) : 4;
+    if (comm->depth < 2)
+        comm->depth = 2;
+    if (comm->depth > 32)
+        comm->depth = 32;
+
+    int local = 0;
+    uint64_t me = comm->peers[comm->rank].info.host_hash;
+    for (int k = 0; k < comm->nranks; k++)
+        local += comm->peers[k].info.host_hash == me;
+    int cores = get_nprocs();
+    int64_t spin = coll_param_int(COLL_PARAM_SPIN_US);
+    if (spin >= 0) {
+        comm->spin_ns = spin * 1000;
+        comm->spin_yield = local > cores;
+    } else if (local <= cores) {
+        comm->spin_ns = 200 * 1000; /* a core each: spinning is cheapest */
+        comm->spin_yield = false;
+    } else {
+        comm->spin_ns = 50 * 1000;  /* oversubscribed: spin, but hand the core over */
+        comm->spin_yield = true;
+    }
+    int64_t small = coll_param_int(COLL_PARAM_SMALL_BYTES);
+    if (small >= 0)
+        comm->small_bytes = (size_t)small;
+    else
+        comm->small_bytes = comm->nranks <= 2 ? 256 * 1024 : 32 * 1024 / (size_t)(comm->nranks - 2) + 4096;
+    COLL_INFO(COLL_SUBSYS_INIT, "rank %d/%d: %d rank(s) on this host, %d core(s); slice %zu B, "
+              "depth %d, spin %lld us%s, gather-reduce up to %zu B", comm->rank, comm->nranks,
+              local, cores, comm->chunk_bytes, comm->depth, (long long)(comm->spin_ns / 1000),
+              comm->spin_yield ? " yielding" : "", comm->small_bytes);
+}
+
+static void comm_free(struct coll_comm *comm)
+{
+    if (comm == NULL)
+        return;
+    if (comm->peers)
+        coll_transport_fini(comm);
+    coll_bootstrap_fini(comm);
+    free(comm->peers);
+    free(comm->scratch);
+    free(comm);
+}
+
+/* Creates a communicator; on failure the cause is in the thread's last error. */
+collResult_t coll_comm_create(collComm_t *comm_p, int nranks, const struct coll_id *id, int rank)
+{
+    struct coll_comm *comm;
+    collResult_t res;
+    COLL_CHECK(coll_calloc(&comm, 1));
+    comm->rank = rank;
+    comm->nranks = nranks;
+    comm->boot_listen_fd = comm->boot_next_fd = comm->boot_prev_fd = -1;
+    comm->timeout_ms = coll_param_int(COLL_PARAM_TIMEOUT_MS);
+    if (comm->timeout_ms <= 0)
+        comm->timeout_ms = 300000;
+    atomic_init(&comm->async_error, collSuccess);
+    atomic_init(&comm->aborting, false);
+    atomic_init(&comm->busy, 0);
+    coll_exec_begin(comm, "init");
+    coll_log_set_rank(rank);
+    COLL_CHECK_GOTO(coll_calloc(&comm->peers, (size_t)nranks), res, fail);
+    for (int k = 0; k < nranks; k++)
+        comm->peers[k].tp_index = -1;
+    COLL_CHECK_GOTO(coll_algo_check_env(comm), res, fail);
+
+    struct coll_rank_info mine = {.rank = rank, .pid = (int32_t)getpid()};
+    mine.host_hash = host_hash(mine.host, sizeof(mine.host));
+    COLL_CHECK_GOTO(coll_bootstrap_prepare(comm, id, &mine), res, fail);
+    comm->peers[rank].info = mine;
+    COLL_CHECK_GOTO(coll_transport_init(comm), res, fail);
+    mine = comm->peers[rank].info; /* now with the transports' handles */
+    COLL_CHECK_GOTO(coll_bootstrap_init(comm, id, &mine), res, fail);
+    comm_tune(comm);
+
+    /* Ring neighbours connect now, so set-up errors surface at init and the
+     * first collective pays no connection cost. */
+    if (nranks > 1) {
+        int prev, next;
+        struct coll_conn *c;
+        coll_ring_neighbors(rank, nranks, &prev, &next);
+        COLL_CHECK_GOTO(coll_transport_get_conn(comm, next, true, &c), res, fail);
+        COLL_CHECK_GOTO(coll_transport_get_conn(comm, prev, false, &c), res, fail);
+    }
+    COLL_INFO(COLL_SUBSYS_INIT, "rank %d of %d ready on %s pid %d", rank, nranks,
+              comm->peers[rank].info.host, (int)getpid());
+    *comm_p = comm;
+    return collSuccess;
+fail:
+    if (comm->last_error[0])
+        snprintf(tls_last_error, sizeof(tls_last_error), "%s", comm->last_error);
+    else
+        snprintf(tls_last_error, sizeof(tls_last_error),
+                 "collCommInitRank: rank %d of %d failed: %s (see COLL_DEBUG=WARN output)",
+                 rank, nranks, collGetErrorString(res));
+    comm_free(comm);
+    return res;
+}
+
+COLL_API collResult_t collCommInitRank(collComm_t *comm, int nranks, collUniqueId commId, int rank)
+{
+    if (comm == NULL) {
+        coll_set_error(NULL, "collCommInitRank: comm is NULL");
+        return collInvalidArgument;
+    }
+    if (nranks < 1) {
+        coll_set_error(NULL, "collCommInitRank: nranks %d is not positive", nranks);
+        return collInvalidArgument;
+    }
+    if (rank < 0 || rank >= nranks) {
+        coll_set_error(NULL, "collCommInitRank: rank %d is outside [0, %d)", rank, nranks);
+        return collInvalidArgument;
+    }
+    struct coll_id id;
+    memcpy(&id, commId.internal, sizeof(id));
+    if (id.magic != COLL_ID_MAGIC || id.format != COLL_ID_FORMAT ||
+        id.addrlen > sizeof(id.addr) || id.addrlen == 0) {
+        coll_set_error(NULL, "collCommInitRank: commId was not made by collGetUniqueId "
+                       "(or is of another version)");
+        return collInvalidArgument;
+    }
+    return coll_comm_create(comm, nranks, &id, rank);
+}
+
+COLL_API collResult_t collCommDestroy(collComm_t comm)
+{
+    if (comm == NULL)
+        return collSuccess;
+    comm_free(comm);
+    return collSuccess;
+}
+
+COLL_API collResult_t collCommAbort(collComm_t comm)
+{
+    if (comm == NULL)
+        return collSuccess;
+    atomic_store(&comm->aborting, true);
+    coll_comm_poison(comm, collRemoteError);
+    coll_transport_shutdown_all(comm);
+    /* Let a call blocked in another thread notice (its waits poll at most 100
+     * ms at a time) before the memory goes away. */
+    int64_t deadline = coll_now_ns() + 5LL * 1000000000LL;
+    while (atomic_load(&comm->busy) > 0 && coll_now_ns() < deadline) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    if (atomic_load(&comm->busy) > 0) {
+        COLL_WARN("collCommAbort: a call on the communicator did not return; leaking it");
+        return collInternalError;
+    }
+    comm_free(comm);
+    return collSuccess;
+}
+
+COLL_API collResult_t collCommGetAsyncError(collComm_t comm, collResult_t *asyncError)
+{
+    if (comm == NULL || asyncError == NULL) {
+        coll_set_error(NULL, "collCommGetAsyncError: %s is NULL", comm ? "asyncError" : "comm");
+        return collInvalidArgument;
+    }
+    *asyncError = (collResult_t)atomic_load(&comm->async_error);
+    return collSuccess;
+}
+
+COLL_API collResult_t collCommCount(const collComm_t comm, int *count)
+{
+    if (comm == NULL || count == NULL) {
+        coll_set_error(NULL, "collCommCount: %s is NULL", comm ? "count" : "comm");
+        return collInvalidArgument;
+    }
+    *count = comm->nranks;
+    return collSuccess;
+}
+
+COLL_API collResult_t collCommUserRank(const collComm_t comm, int *rank)
+{
+    if (comm == NULL || rank == NULL) {
+        coll_set_error(NULL, "collCommUserRank: %s is NULL", comm ? "rank" : "comm");
+        return collInvalidArgument;
+    }
+    *rank = comm->rank;
+    return collSuccess;
+}
+
+COLL_API const char *collGetLastError(collComm_t comm)
+{
+    return comm ? comm->last_error : tls_last_error;
+}

@@ -1,0 +1,137 @@
+/* The progress engine.  An algorithm posts requests and tests them in a loop;
+ * when a whole pass moves nothing it calls coll_exec_idle, which decides how to
+ * wait: spin (lowest latency, when each rank has a core), spin while yielding
+ * the core (more ranks than cores), then block in poll() on the descriptors of
+ * the pending requests, in slices of at most 100 ms so that abort and the
+ * deadline are noticed.  No wait is unbounded. */
+#include "exec.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "socket.h"
+
+int64_t coll_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+void coll_exec_begin(struct coll_comm *comm, const char *op_name)
+{
+    comm->op_name = op_name;
+    comm->deadline_ns = coll_now_ns() + comm->timeout_ms * 1000000LL;
+}
+
+/* Describes a failed request: operation, peer, its host and address, cause. */
+static void exec_fail(struct coll_comm *comm, struct coll_conn *c, collResult_t res)
+{
+    const struct coll_rank_info *pi = &comm->peers[c->peer].info;
+    char a[COLL_ADDR_STRLEN];
+    coll_socket_addr_str((const struct sockaddr *)&pi->boot_addr, a, sizeof(a));
+    const char *what = c->err_no ? strerror(c->err_no)
+                                 : (c->is_send ? "connection closed" : "connection closed by peer");
+    coll_set_error(comm, "%s #%llu: %s rank %d (%.64s, %s) failed: %s", comm->op_name,
+                   (unsigned long long)comm->seq, c->is_send ? "sending to" : "receiving from",
+                   c->peer, pi->host, a, what);
+    coll_comm_poison(comm, res);
+}
+
+collResult_t coll_exec_isend(struct coll_comm *comm, struct coll_conn *c, const void *buf,
+                             size_t n, struct coll_req **r_p)
+{
+    *r_p = NULL;
+    if (n == 0)
+        return collSuccess;
+    collResult_t res = coll_conn_isend(c, buf, n, r_p);
+    if (res != collSuccess)
+        exec_fail(comm, c, res);
+    return res;
+}
+
+collResult_t coll_exec_irecv(struct coll_comm *comm, struct coll_conn *c, void *buf, size_t n,
+                             struct coll_req **r_p)
+{
+    *r_p = NULL;
+    if (n == 0)
+        return collSuccess;
+    collResult_t res = coll_conn_irecv(c, buf, n, r_p);
+    if (res != collSuccess)
+        exec_fail(comm, c, res);
+    return res;
+}
+
+collResult_t coll_exec_test(struct coll_comm *comm, struct coll_req **r_p, bool *done_p)
+{
+    struct coll_req *r = *r_p;
+    if (r == NULL) {
+        *done_p = true;
+        return collSuccess;
+    }
+    struct coll_conn *c = r->conn;
+    bool done = false;
+    collResult_t res = c->tp->test(r, &done, NULL);
+    if (res != collSuccess) {
+        if (atomic_load(&comm->aborting)) {
+            coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
+                           (unsigned long long)comm->seq);
+            coll_comm_poison(comm, collRemoteError);
+            return collRemoteError;
+        }
+        exec_fail(comm, c, res);
+        return res;
+    }
+    *done_p = done;
+    if (done)
+        *r_p = NULL;
+    return collSuccess;
+}
+
+collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
+                            struct coll_req *const *reqs, int nreqs)
+{
+    int64_t now = coll_now_ns();
+    if (w->idle_since == 0)
+        w->idle_since = now;
+    if (atomic_load(&comm->aborting)) {
+        coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
+                       (unsigned long long)comm->seq);
+        coll_comm_poison(comm, collRemoteError);
+        return collRemoteError;
+    }
+    if (now >= comm->deadline_ns) {
+        int peer = -1;
+        for (int i = 0; i < nreqs && peer < 0; i++)
+            if (reqs[i] != NULL)
+                peer = reqs[i]->conn->peer;
+        coll_set_error(comm, "%s #%llu timed out after %lld ms%s%d%s%.64s%s", comm->op_name,
+                       (unsigned long long)comm->seq, (long long)comm->timeout_ms,
+                       peer >= 0 ? " waiting for rank " : "", peer >= 0 ? peer : 0,
+                       peer >= 0 ? " (" : "", peer >= 0 ? comm->peers[peer].info.host : "",
+                       peer >= 0 ? ")" : "");
+        coll_comm_poison(comm, collTimeout);
+        return collTimeout;
+    }
+    if (now - w->idle_since < comm->spin_ns) {
+        if (comm->spin_yield)
+            sched_yield();
+        return collSuccess;
+    }
+    /* Block until a descriptor is ready, the deadline or a 100 ms tick. */
+    struct pollfd pfds[64];
+    nfds_t n = 0;
+    for (int i = 0; i < nreqs; i++) {
+        const struct coll_conn *c = reqs[i] ? reqs[i]->conn : NULL;
+        if (c == NULL)
+            continue;
+        for (int k = 0; k < c->nfds && n < 64; k++)
+            pfds[n++] = (struct pollfd){.fd = c->fds[k], .events = c->is_send ? POLLOUT : POLLIN};
+    }
+    int64_t ms = (comm->deadline_ns - now) / 1000000 + 1;
+    (void)poll(pfds, n, ms > 100 ? 100 : (int)ms);
+    return collSuccess;
+}

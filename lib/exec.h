@@ -1,0 +1,29 @@
+/* The progress engine: drives transport requests to completion under the
+ * communicator's deadline, abort flag and waiting policy. */
+#ifndef COLL_EXEC_H
+#define COLL_EXEC_H
+
+#include "internal.h"
+
+/* Waiting state of one operation: spin first, then block in poll(). */
+struct coll_wait {
+    int64_t idle_since; /* 0: something moved since the last idle call */
+};
+
+/* Starts an operation: sets its deadline and name for messages. */
+void coll_exec_begin(struct coll_comm *comm, const char *op_name);
+
+/* Posts a send or receive of n bytes; n == 0 completes at once (*r_p = NULL). */
+collResult_t coll_exec_isend(struct coll_comm *comm, struct coll_conn *c, const void *buf,
+                             size_t n, struct coll_req **r_p);
+collResult_t coll_exec_irecv(struct coll_comm *comm, struct coll_conn *c, void *buf, size_t n,
+                             struct coll_req **r_p);
+/* Tests *r_p; when done sets *r_p = NULL and *done_p.  A NULL request is done.
+ * A failure is described (operation, peer, host) and poisons the comm. */
+collResult_t coll_exec_test(struct coll_comm *comm, struct coll_req **r_p, bool *done_p);
+/* Called when a pass over the pending requests moved nothing: spins, yields or
+ * blocks in poll() on their descriptors, and fails on deadline or abort. */
+collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
+                            struct coll_req *const *reqs, int nreqs);
+
+#endif

@@ -1,0 +1,91 @@
+/* The full communicator and what the core files share. */
+#ifndef COLL_INTERNAL_H
+#define COLL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "alloc.h"
+#include "bootstrap.h"
+#include "check.h"
+#include "collective.h"
+#include "config.h"
+#include "log.h"
+#include "param.h"
+#include "transport.h"
+
+#define COLL_ERRMSG_BYTES 512
+
+enum coll_func { COLL_FUNC_ALLREDUCE, COLL_FUNC_BROADCAST, COLL_FUNC_REDUCE,
+                 COLL_FUNC_ALLGATHER, COLL_FUNC_REDUCE_SCATTER, COLL_FUNC_COUNT };
+
+struct coll_peer {
+    struct coll_rank_info info;
+    int tp_index;                 /* transport chosen for this peer, -1 until decided */
+    struct coll_conn *send_conn;
+    struct coll_conn *recv_conn;
+};
+
+struct coll_tp_state {
+    const struct coll_transport *tp;
+    void *ctx;
+    struct coll_conn *listener;
+};
+
+struct coll_comm {
+    int rank;
+    int nranks;
+    uint8_t secret[COLL_SECRET_BYTES];
+    uint64_t seq;                  /* collective calls issued, for messages */
+    int64_t timeout_ms;
+    int64_t deadline_ns;           /* of the operation in progress */
+    const char *op_name;           /* operation in progress, for messages */
+
+    struct coll_peer *peers;       /* nranks entries; peers[rank] is this rank */
+    struct coll_tp_state tps[COLL_MAX_TRANSPORTS];
+    int ntps;
+
+    /* Bootstrap ring (out-of-band): sockets to the next and from the previous rank. */
+    int boot_listen_fd;
+    int boot_next_fd;
+    int boot_prev_fd;
+
+    /* Staging and scratch owned by the comm, grown on demand. */
+    void *scratch;
+    size_t scratch_bytes;
+
+    /* Tuning resolved at init. */
+    size_t chunk_bytes;            /* pipelined slice */
+    int depth;                     /* slices in flight per connection */
+    int64_t spin_ns;               /* busy-poll this long before blocking */
+    bool spin_yield;               /* yield the core while spinning (oversubscribed) */
+    size_t small_bytes;
+
+    _Atomic int async_error;       /* collResult_t that poisoned the comm */
+    atomic_bool aborting;
+    atomic_int busy;               /* threads inside a call on this comm */
+    char last_error[COLL_ERRMSG_BYTES];
+};
+
+/* Records the cause of a failure for collGetLastError and logs it at WARN. */
+void coll_set_error(struct coll_comm *comm, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* Poisons comm with res (system/remote/timeout) and shuts connections down so
+ * peers blocked on this rank fail fast instead of waiting for their deadline. */
+void coll_comm_poison(struct coll_comm *comm, collResult_t res);
+const char *coll_result_name(collResult_t result);
+
+/* Monotonic clock in ns. */
+int64_t coll_now_ns(void);
+
+/* Creates this rank's communicator from an id; the cause of a failure goes to
+ * the calling thread's last error. */
+collResult_t coll_comm_create(struct coll_comm **comm_p, int nranks, const struct coll_id *id,
+                              int rank);
+
+/* Scratch of at least bytes, owned by comm. */
+collResult_t coll_comm_scratch(struct coll_comm *comm, size_t bytes, void **p_p);
+
+#endif

@@ -1,0 +1,174 @@
+/* The table of tunables.  Every COLL_* variable the library reads is one row here;
+ * values are read from the environment once per process, under pthread_once. */
+#include "param.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
+    [COLL_PARAM_DEBUG] = {"COLL_DEBUG", COLL_PARAM_TYPE_STR, "WARN",
+                          "log level: NONE, VERSION, WARN, INFO or TRACE"},
+    [COLL_PARAM_DEBUG_SUBSYS] = {"COLL_DEBUG_SUBSYS", COLL_PARAM_TYPE_STR, "ALL",
+                                 "subsystems logged at INFO/TRACE: INIT,BOOT,TRANSPORT,TCP,"
+                                 "SHM,VERBS,CUDA,COLL,ALGO,ALLOC,ENV or ALL; ^ negates"},
+    [COLL_PARAM_DEBUG_FILE] = {"COLL_DEBUG_FILE", COLL_PARAM_TYPE_STR, NULL,
+                               "log file instead of stderr; %h expands to the host, %p to "
+                               "the pid"},
+    [COLL_PARAM_TIMEOUT_MS] = {"COLL_TIMEOUT_MS", COLL_PARAM_TYPE_INT, "300000",
+                               "deadline in ms of every wait: bootstrap, connection set-up "
+                               "and each collective"},
+    [COLL_PARAM_COMM_ID] = {"COLL_COMM_ID", COLL_PARAM_TYPE_STR, NULL,
+                            "host:port of the root; rank 0 listens there instead of a "
+                            "thread started by collGetUniqueId"},
+    [COLL_PARAM_SECRET] = {"COLL_SECRET", COLL_PARAM_TYPE_STR, NULL,
+                           "hex secret every connection must show when the id is built "
+                           "from the environment (collrun sets a random one)"},
+    [COLL_PARAM_RANK] = {"COLL_RANK", COLL_PARAM_TYPE_INT, NULL,
+                         "this process's rank, for collCommInitFromEnv"},
+    [COLL_PARAM_NRANKS] = {"COLL_NRANKS", COLL_PARAM_TYPE_INT, NULL,
+                           "number of ranks, for collCommInitFromEnv"},
+    [COLL_PARAM_SOCKET_IFNAME] = {"COLL_SOCKET_IFNAME", COLL_PARAM_TYPE_STR, NULL,
+                                  "interfaces for TCP: prefixes, '^' excludes, '=' exact "
+                                  "(eth,ib / ^docker / =eth0); default: any but lo, "
+                                  "docker*, unless nothing else is up"},
+    [COLL_PARAM_SOCKET_FAMILY] = {"COLL_SOCKET_FAMILY", COLL_PARAM_TYPE_STR, NULL,
+                                  "AF_INET or AF_INET6 to force an address family"},
+    [COLL_PARAM_NSOCKS_PERPEER] = {"COLL_NSOCKS_PERPEER", COLL_PARAM_TYPE_INT, "0",
+                                   "TCP sockets per peer and direction (1-16); 0 picks by "
+                                   "the interface: 1 on loopback, 2 otherwise"},
+    [COLL_PARAM_SOCKET_BUFSIZE] = {"COLL_SOCKET_BUFSIZE", COLL_PARAM_TYPE_SIZE, "0",
+                                   "SO_SNDBUF/SO_RCVBUF of data sockets; 0 leaves the "
+                                   "kernel's autotuning"},
+    [COLL_PARAM_TRANSPORTS] = {"COLL_TRANSPORTS", COLL_PARAM_TYPE_STR, NULL,
+                               "transports to use, in order (tcp); ^ excludes"},
+    [COLL_PARAM_ALGO] = {"COLL_ALGO", COLL_PARAM_TYPE_STR, NULL,
+                         "algorithm override: ring, or allreduce:ring;broadcast:ring; ^ "
+                         "excludes"},
+    [COLL_PARAM_CHUNKSIZE] = {"COLL_CHUNKSIZE", COLL_PARAM_TYPE_SIZE, "0",
+                              "bytes per pipelined slice; 0 lets the plan choose"},
+    [COLL_PARAM_BUFFSIZE] = {"COLL_BUFFSIZE", COLL_PARAM_TYPE_SIZE, "0",
+                             "bytes of staging per connection (slices in flight x slice); "
+                             "0 lets the plan choose"},
+    [COLL_PARAM_SPIN_US] = {"COLL_SPIN_US", COLL_PARAM_TYPE_INT, "-1",
+                            "microseconds a wait polls without sleeping before it blocks "
+                            "in poll(); -1 picks by load (more ranks than cores: less)"},
+    [COLL_PARAM_SMALL_BYTES] = {"COLL_SMALL_BYTES", COLL_PARAM_TYPE_SIZE, "-1",
+                                "allreduce up to this many bytes gathers whole buffers and "
+                                "reduces locally (fewer steps); -1 picks by nranks"},
+};
+
+static pthread_once_t param_once = PTHREAD_ONCE_INIT;
+static const char *param_raw[COLL_PARAM_COUNT];
+static int64_t param_int[COLL_PARAM_COUNT];
+
+int coll_parse_size(const char *s, int64_t *v_p)
+{
+    char *end;
+    if (s == NULL)
+        return -1;
+    while (isspace((unsigned char)*s))
+        s++;
+    if (*s == '\0')
+        return -1;
+    errno = 0;
+    long long v = strtoll(s, &end, 0);
+    if (errno != 0 || end == s)
+        return -1;
+    int shift = 0;
+    switch (*end) {
+    case 'k': case 'K': shift = 10; end++; break;
+    case 'm': case 'M': shift = 20; end++; break;
+    case 'g': case 'G': shift = 30; end++; break;
+    default: break;
+    }
+    if (shift && (*end == 'B' || *end == 'b'))
+        end++;
+    if (*end != '\0')
+        return -1;
+    if (shift && (v > (INT64_MAX >> shift) || v < -(INT64_MAX >> shift)))
+        return -1;
+    *v_p = (int64_t)(v * (1LL << shift));
+    return 0;
+}
+
+static void param_load(void)
+{
+    for (int i = 0; i < COLL_PARAM_COUNT; i++) {
+        const struct coll_param_def *d = &param_defs[i];
+        const char *env = getenv(d->name);
+        if (env != NULL && env[0] == '\0')
+            env = NULL;
+        param_raw[i] = env;
+        if (d->type == COLL_PARAM_TYPE_STR)
+            continue;
+        int64_t v = 0;
+        if (d->def != NULL)
+            (void)coll_parse_size(d->def, &v);
+        if (env != NULL) {
+            int64_t parsed;
+            if (coll_parse_size(env, &parsed) == 0 &&
+                (d->type == COLL_PARAM_TYPE_SIZE || (parsed == (int64_t)(int)parsed))) {
+                v = parsed;
+            } else {
+                /* The log is not up yet when the log's own params are loaded, so
+                 * print directly; this happens once per process. */
+                fprintf(stderr, "COLL WARN ignoring %s=%s: not a number; using %s\n",
+                        d->name, env, d->def ? d->def : "unset");
+                param_raw[i] = NULL;
+            }
+        }
+        param_int[i] = v;
+    }
+}
+
+static void param_init(void)
+{
+    pthread_once(&param_once, param_load);
+}
+
+int64_t coll_param_int(enum coll_param_id id)
+{
+    param_init();
+    return param_int[id];
+}
+
+const char *coll_param_str(enum coll_param_id id)
+{
+    param_init();
+    return param_raw[id] != NULL ? param_raw[id] : param_defs[id].def;
+}
+
+int coll_param_is_set(enum coll_param_id id)
+{
+    param_init();
+    return param_raw[id] != NULL;
+}
+
+const struct coll_param_def *coll_param_table(int *n_p)
+{
+    *n_p = COLL_PARAM_COUNT;
+    return param_defs;
+}
+
+void coll_param_print(FILE *f)
+{
+    param_init();
+    for (int i = 0; i < COLL_PARAM_COUNT; i++) {
+        const struct coll_param_def *d = &param_defs[i];
+        fprintf(f, "%-22s default %-8s", d->name, d->def ? d->def : "(unset)");
+        if (param_raw[i] != NULL)
+            fprintf(f, " set to %s", param_raw[i]);
+        fprintf(f, "\n    %s\n", d->help);
+    }
+}
+
+const char *coll_env_get(const char *name)
+{
+    const char *v = getenv(name);
+    return (v != NULL && v[0] != '\0') ? v : NULL;
+}

@@ -1,0 +1,56 @@
+/* Tunables: every COLL_* variable is one row of the table in param.c, read once. */
+#ifndef COLL_PARAM_H
+#define COLL_PARAM_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+enum coll_param_id {
+    COLL_PARAM_DEBUG,
+    COLL_PARAM_DEBUG_SUBSYS,
+    COLL_PARAM_DEBUG_FILE,
+    COLL_PARAM_TIMEOUT_MS,
+    COLL_PARAM_COMM_ID,
+    COLL_PARAM_SECRET,
+    COLL_PARAM_RANK,
+    COLL_PARAM_NRANKS,
+    COLL_PARAM_SOCKET_IFNAME,
+    COLL_PARAM_SOCKET_FAMILY,
+    COLL_PARAM_NSOCKS_PERPEER,
+    COLL_PARAM_SOCKET_BUFSIZE,
+    COLL_PARAM_TRANSPORTS,
+    COLL_PARAM_ALGO,
+    COLL_PARAM_CHUNKSIZE,
+    COLL_PARAM_BUFFSIZE,
+    COLL_PARAM_SPIN_US,
+    COLL_PARAM_SMALL_BYTES,
+    COLL_PARAM_COUNT
+};
+
+enum coll_param_type { COLL_PARAM_TYPE_INT, COLL_PARAM_TYPE_SIZE, COLL_PARAM_TYPE_STR };
+
+struct coll_param_def {
+    const char *name; /* full variable name, "COLL_TIMEOUT_MS" */
+    enum coll_param_type type;
+    const char *def;  /* default as text; NULL = unset */
+    const char *help;
+};
+
+/* The value of an integer or size parameter (sizes accept K/M/G suffixes).  A
+ * malformed value is reported once at WARN and the default is used. */
+int64_t coll_param_int(enum coll_param_id id);
+/* The value of a string parameter, or NULL when unset and without default. */
+const char *coll_param_str(enum coll_param_id id);
+/* True when the variable was set in the environment. */
+int coll_param_is_set(enum coll_param_id id);
+/* The table, for collrun --env and docs. */
+const struct coll_param_def *coll_param_table(int *n_p);
+/* Prints every parameter: name, default, current value if set, help. */
+void coll_param_print(FILE *f);
+/* Parses "123", "64K", "1M", "2G" (powers of 1024).  Returns 0 on success. */
+int coll_parse_size(const char *s, int64_t *v_p);
+/* getenv for variables that are not tunables (launcher variables such as RANK);
+ * the one place besides the table that reads the environment. */
+const char *coll_env_get(const char *name);
+
+#endif

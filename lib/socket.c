@@ -1,0 +1,397 @@
+/* Socket helpers: address parsing and choice, connect with retries, and whole
+ * transfers with deadlines for the bootstrap.  The data path (transports/tcp)
+ * drives its own non-blocking I/O. */
+#include "socket.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+void coll_socket_set_nodelay(int fd)
+{
+    int one = 1;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+void coll_socket_set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    if (fl >= 0)
+        (void)fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+const char *coll_socket_addr_str(const struct sockaddr *sa, char *buf, size_t len)
+{
+    char host[INET6_ADDRSTRLEN] = "?";
+    int port = 0;
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+        inet_ntop(AF_INET, &in->sin_addr, host, sizeof(host));
+        port = ntohs(in->sin_port);
+        snprintf(buf, len, "%s:%d", host, port);
+    } else if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
+        inet_ntop(AF_INET6, &in6->sin6_addr, host, sizeof(host));
+        port = ntohs(in6->sin6_port);
+        snprintf(buf, len, "[%s]:%d", host, port);
+    } else {
+        snprintf(buf, len, "(family %d)", sa->sa_family);
+    }
+    return buf;
+}
+
+bool coll_socket_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET) {
+        const struct sockaddr_in *in = (const struct sockaddr_in *)(const void *)sa;
+        return (ntohl(in->sin_addr.s_addr) >> 24) == 127;
+    }
+    if (sa->sa_family == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)sa;
+        return IN6_IS_ADDR_LOOPBACK(&in6->sin6_addr);
+    }
+    return false;
+}
+
+collResult_t coll_socket_parse_hostport(const char *s, union coll_sockaddr *ss,
+                                        socklen_t *len_p, char *err, size_t errlen)
+{
+    char host[256];
+    const char *port_s;
+    if (s == NULL || *s == '\0') {
+        snprintf(err, errlen, "empty address");
+        return collInvalidArgument;
+    }
+    if (s[0] == '[') {
+        const char *close_b = strchr(s, ']');
+        if (close_b == NULL || close_b[1] != ':' || (size_t)(close_b - s - 1) >= sizeof(host)) {
+            snprintf(err, errlen, "address '%s' is not [ipv6]:port", s);
+            return collInvalidArgument;
+        }
+        memcpy(host, s + 1, (size_t)(close_b - s - 1));
+        host[close_b - s - 1] = '\0';
+        port_s = close_b + 2;
+    } else {
+        const char *colon = strrchr(s, ':');
+        if (colon == NULL || (size_t)(colon - s) >= sizeof(host) || colon == s) {
+            snprintf(err, errlen, "address '%s' is not host:port", s);
+            return collInvalidArgument;
+        }
+        memcpy(host, s, (size_t)(colon - s));
+        host[colon - s] = '\0';
+        port_s = colon + 1;
+    }
+    char *end;
+    long port = strtol(port_s, &end, 10);
+    if (*port_s == '\0' || *end != '\0' || port <= 0 || port > 65535) {
+        snprintf(err, errlen, "port '%s' in '%s' is not 1-65535", port_s, s);
+        return collInvalidArgument;
+    }
+    struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
+    const char *fam = coll_param_str(COLL_PARAM_SOCKET_FAMILY);
+    if (fam != NULL)
+        hints.ai_family = strcmp(fam, "AF_INET6") == 0 ? AF_INET6 : AF_INET;
+    int rc = getaddrinfo(host, NULL, &hints, &res);
+    if (rc != 0 || res == NULL) {
+        snprintf(err, errlen, "cannot resolve host '%s': %s", host, gai_strerror(rc));
+        return collInvalidArgument;
+    }
+    memset(ss, 0, sizeof(*ss));
+    memcpy(ss, res->ai_addr, res->ai_addrlen);
+    *len_p = res->ai_addrlen;
+    freeaddrinfo(res);
+    if (ss->sa.sa_family == AF_INET)
+        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+    else
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+    return collSuccess;
+}
+
+bool coll_socket_ifname_match(const char *spec, const char *name)
+{
+    bool exclude = false, exact = false;
+    if (*spec == '^') {
+        exclude = true;
+        spec++;
+    }
+    if (*spec == '=') {
+        exact = true;
+        spec++;
+    }
+    bool hit = false;
+    const char *p = spec;
+    while (*p) {
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - p) : strlen(p);
+        if (len > 0) {
+            if (exact)
+                hit = strlen(name) == len && strncmp(name, p, len) == 0;
+            else
+                hit = strncmp(name, p, len) == 0;
+            if (hit)
+                break;
+        }
+        if (!comma)
+            break;
+        p = comma + 1;
+    }
+    return exclude ? !hit : hit;
+}
+
+/* True when a and b are in the same subnet given netmask m (same family). */
+static bool sock_same_subnet(const struct sockaddr *a, const struct sockaddr *b,
+                             const struct sockaddr *m)
+{
+    if (a->sa_family != b->sa_family || m == NULL)
+        return false;
+    if (a->sa_family == AF_INET) {
+        uint32_t x = ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr;
+        uint32_t y = ((const struct sockaddr_in *)(const void *)b)->sin_addr.s_addr;
+        uint32_t k = ((const struct sockaddr_in *)(const void *)m)->sin_addr.s_addr;
+        return (x & k) == (y & k);
+    }
+    const uint8_t *x = ((const struct sockaddr_in6 *)(const void *)a)->sin6_addr.s6_addr;
+    const uint8_t *y = ((const struct sockaddr_in6 *)(const void *)b)->sin6_addr.s6_addr;
+    const uint8_t *k = ((const struct sockaddr_in6 *)(const void *)m)->sin6_addr.s6_addr;
+    for (int i = 0; i < 16; i++)
+        if ((x[i] & k[i]) != (y[i] & k[i]))
+            return false;
+    return true;
+}
+
+collResult_t coll_socket_pick_addr(const struct sockaddr *toward, union coll_sockaddr *ss,
+                                   socklen_t *len_p, char *ifname, size_t ifnamelen)
+{
+    struct ifaddrs *ifs = NULL;
+    if (getifaddrs(&ifs) != 0) {
+        COLL_WARN("getifaddrs failed: %s", strerror(errno));
+        return collSystemError;
+    }
+    const char *spec = coll_param_str(COLL_PARAM_SOCKET_IFNAME);
+    const char *fam = coll_param_str(COLL_PARAM_SOCKET_FAMILY);
+    int want_family = fam == NULL ? 0 : strcmp(fam, "AF_INET6") == 0 ? AF_INET6 : AF_INET;
+    const struct ifaddrs *best = NULL;
+    int best_score = -1;
+    for (const struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
+        if (i->ifa_addr == NULL || !(i->ifa_flags & IFF_UP))
+            continue;
+        int f = i->ifa_addr->sa_family;
+        if (f != AF_INET && f != AF_INET6)
+            continue;
+        if (want_family && f != want_family)
+            continue;
+        if (f == AF_INET6) {
+            const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)i->ifa_addr;
+            if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr))
+                continue; /* would need a scope id on every peer */
+        }
+        bool lo = (i->ifa_flags & IFF_LOOPBACK) != 0;
+        int score;
+        if (spec != NULL) {
+            if (!coll_socket_ifname_match(spec, i->ifa_name))
+                continue;
+            score = 10;
+        } else if (toward != NULL && (sock_same_subnet(i->ifa_addr, toward, i->ifa_netmask) ||
+                                      (lo && coll_socket_is_loopback(toward)))) {
+            score = 30; /* the interface that reaches the root */
+        } else if (lo || strncmp(i->ifa_name, "docker", 6) == 0) {
+            score = 1;
+        } else {
+            score = 20;
+        }
+        if (f == AF_INET)
+            score += 1; /* prefer IPv4 on the same interface */
+        if (score > best_score) {
+            best = i;
+            best_score = score;
+        }
+    }
+    if (best == NULL) {
+        freeifaddrs(ifs);
+        COLL_WARN("no usable network interface%s%s", spec ? " matches COLL_SOCKET_IFNAME=" : "",
+                  spec ? spec : "");
+        return collSystemError;
+    }
+    memset(ss, 0, sizeof(*ss));
+    if (best->ifa_addr->sa_family == AF_INET) {
+        memcpy(ss, best->ifa_addr, sizeof(struct sockaddr_in));
+        *len_p = sizeof(struct sockaddr_in);
+    } else {
+        memcpy(ss, best->ifa_addr, sizeof(struct sockaddr_in6));
+        *len_p = sizeof(struct sockaddr_in6);
+    }
+    if (ifname)
+        snprintf(ifname, ifnamelen, "%s", best->ifa_name);
+    freeifaddrs(ifs);
+    return collSuccess;
+}
+
+collResult_t coll_socket_listen(union coll_sockaddr *ss, socklen_t *len_p, int *fd_p)
+{
+    int fd = socket(ss->sa.sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        COLL_WARN("socket failed: %s", strerror(errno));
+        return collSystemError;
+    }
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    char a[COLL_ADDR_STRLEN];
+    if (bind(fd, (struct sockaddr *)ss, *len_p) != 0) {
+        COLL_WARN("bind to %s failed: %s", coll_socket_addr_str((struct sockaddr *)ss, a, sizeof(a)),
+                  strerror(errno));
+        close(fd);
+        return collSystemError;
+    }
+    if (listen(fd, 4096) != 0) {
+        COLL_WARN("listen failed: %s", strerror(errno));
+        close(fd);
+        return collSystemError;
+    }
+    socklen_t len = sizeof(*ss);
+    getsockname(fd, (struct sockaddr *)ss, &len);
+    *len_p = len;
+    *fd_p = fd;
+    return collSuccess;
+}
+
+static int sock_poll_ms(int64_t deadline_ns)
+{
+    int64_t left = deadline_ns - coll_now_ns();
+    if (left <= 0)
+        return 0;
+    int64_t ms = (left + 999999) / 1000000;
+    return ms > 100 ? 100 : (int)ms;
+}
+
+collResult_t coll_socket_connect(const struct sockaddr *sa, socklen_t len, int64_t deadline_ns,
+                                 int *fd_p)
+{
+    int last_err = 0;
+    char a[COLL_ADDR_STRLEN];
+    for (;;) {
+        int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+        if (fd < 0) {
+            COLL_WARN("socket failed: %s", strerror(errno));
+            return collSystemError;
+        }
+        int rc = connect(fd, sa, len);
+        if (rc != 0 && errno == EINPROGRESS) {
+            while (coll_now_ns() < deadline_ns) {
+                struct pollfd p = {.fd = fd, .events = POLLOUT};
+                int pr = poll(&p, 1, sock_poll_ms(deadline_ns));
+                if (pr > 0)
+                    break;
+                if (pr < 0 && errno != EINTR)
+                    break;
+            }
+            int soerr = 0;
+            socklen_t sl = sizeof(soerr);
+            if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0)
+                soerr = errno;
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            if (soerr == 0 && poll(&p, 1, 0) <= 0)
+                soerr = ETIMEDOUT;
+            rc = soerr == 0 ? 0 : -1;
+            errno = soerr;
+        }
+        if (rc == 0) {
+            coll_socket_set_nodelay(fd);
+            *fd_p = fd;
+            return collSuccess;
+        }
+        last_err = errno;
+        close(fd);
+        bool retry = last_err == ECONNREFUSED || last_err == ETIMEDOUT || last_err == EAGAIN ||
+                     last_err == ENETUNREACH || last_err == EHOSTUNREACH || last_err == EINTR;
+        if (!retry || coll_now_ns() >= deadline_ns)
+            break;
+        struct timespec ts = {0, 20 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    COLL_INFO(COLL_SUBSYS_BOOT, "connect to %s failed: %s",
+              coll_socket_addr_str(sa, a, sizeof(a)), strerror(last_err));
+    errno = last_err;
+    return (last_err == ECONNREFUSED || last_err == ETIMEDOUT) ? collTimeout : collSystemError;
+}
+
+collResult_t coll_socket_send_all(int fd, const void *buf, size_t n, int64_t deadline_ns,
+                                  int *err_p)
+{
+    const char *p = buf;
+    *err_p = 0;
+    while (n > 0) {
+        ssize_t w = send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0) {
+            p += w;
+            n -= (size_t)w;
+            continue;
+        }
+        if (w < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            *err_p = errno;
+            return (errno == EPIPE || errno == ECONNRESET) ? collRemoteError : collSystemError;
+        }
+        if (coll_now_ns() >= deadline_ns)
+            return collTimeout;
+        struct pollfd pf = {.fd = fd, .events = POLLOUT};
+        (void)poll(&pf, 1, sock_poll_ms(deadline_ns));
+    }
+    return collSuccess;
+}
+
+collResult_t coll_socket_recv_all(int fd, void *buf, size_t n, int64_t deadline_ns, int *err_p)
+{
+    char *p = buf;
+    *err_p = 0;
+    while (n > 0) {
+        ssize_t r = recv(fd, p, n, MSG_DONTWAIT);
+        if (r > 0) {
+            p += r;
+            n -= (size_t)r;
+            continue;
+        }
+        if (r == 0)
+            return collRemoteError;
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
+            *err_p = errno;
+            return errno == ECONNRESET ? collRemoteError : collSystemError;
+        }
+        if (coll_now_ns() >= deadline_ns)
+            return collTimeout;
+        struct pollfd pf = {.fd = fd, .events = POLLIN};
+        (void)poll(&pf, 1, sock_poll_ms(deadline_ns));
+    }
+    return collSuccess;
+}
+
+collResult_t coll_socket_accept(int lfd, int64_t deadline_ns, int *fd_p)
+{
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd >= 0) {
+            coll_socket_set_nodelay(fd);
+            *fd_p = fd;
+            return collSuccess;
+        }
+        if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED) {
+            COLL_WARN("accept failed: %s", strerror(errno));
+            return collSystemError;
+        }
+        if (coll_now_ns() >= deadline_ns)
+            return collTimeout;
+        struct pollfd pf = {.fd = lfd, .events = POLLIN};
+        (void)poll(&pf, 1, sock_poll_ms(deadline_ns));
+    }
+}

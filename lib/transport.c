@@ -1,0 +1,189 @@
+/* The transport table and per-peer connection management.
+ *
+ * Transports are tried in the table's order; for each peer the first whose
+ * can_connect says yes carries the traffic.  Connections are made on first use:
+ * the sender connects to the receiver's listener (the kernel's backlog completes
+ * the connection even while the receiver is busy elsewhere, so the order in which
+ * ranks ask for connections cannot deadlock), and the receiver accepts until the
+ * peer it waits for has arrived, keeping the others for later. */
+#include <poll.h>
+#include <string.h>
+#include <strings.h>
+
+#include "internal.h"
+
+static const struct coll_transport *const transport_table[] = {
+    &coll_tcp_transport,
+};
+#define NTRANSPORTS ((int)(sizeof(transport_table) / sizeof(transport_table[0])))
+_Static_assert(NTRANSPORTS <= COLL_MAX_TRANSPORTS, "raise COLL_MAX_TRANSPORTS");
+
+const struct coll_transport *const *coll_transport_table(int *n_p)
+{
+    *n_p = NTRANSPORTS;
+    return transport_table;
+}
+
+/* True when name is allowed by COLL_TRANSPORTS ("tcp,shm" or "^shm"). */
+static bool transport_allowed(const char *spec, const char *name)
+{
+    if (spec == NULL)
+        return true;
+    bool exclude = spec[0] == '^';
+    char buf[128];
+    snprintf(buf, sizeof(buf), "%s", exclude ? spec + 1 : spec);
+    bool listed = false;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save))
+        if (strcasecmp(t, name) == 0)
+            listed = true;
+    return exclude ? !listed : listed;
+}
+
+static bool transport_valid(const struct coll_transport *tp)
+{
+    return tp->abi == COLL_TRANSPORT_ABI && tp->name && tp->init && tp->fini &&
+           tp->can_connect && tp->listen && tp->connect && tp->accept && tp->isend &&
+           tp->irecv && tp->test && tp->shutdown && tp->close;
+}
+
+collResult_t coll_transport_init(struct coll_comm *comm)
+{
+    const char *spec = coll_param_str(COLL_PARAM_TRANSPORTS);
+    struct coll_rank_info *mine = &comm->peers[comm->rank].info;
+    comm->ntps = 0;
+    for (int i = 0; i < NTRANSPORTS; i++) {
+        const struct coll_transport *tp = transport_table[i];
+        if (!transport_valid(tp)) {
+            COLL_WARN("transport %s misses a required slot; not used", tp->name);
+            return collInternalError;
+        }
+        if (!transport_allowed(spec, tp->name))
+            continue;
+        struct coll_tp_state *st = &comm->tps[comm->ntps];
+        st->tp = tp;
+        COLL_CHECK(tp->init(comm, &st->ctx));
+        collResult_t res = tp->listen(st->ctx, mine->tp_handle[i], &st->listener);
+        if (res != collSuccess) {
+            tp->fini(st->ctx);
+            COLL_WARN("transport %s cannot listen; not used", tp->name);
+            continue;
+        }
+        mine->tp_mask |= 1u << i;
+        comm->ntps++;
+    }
+    if (comm->ntps == 0) {
+        coll_set_error(comm, "no transport is usable (COLL_TRANSPORTS=%s)", spec ? spec : "");
+        return collInvalidUsage;
+    }
+    return collSuccess;
+}
+
+void coll_transport_fini(struct coll_comm *comm)
+{
+    for (int k = 0; k < comm->nranks; k++) {
+        struct coll_peer *p = &comm->peers[k];
+        if (p->send_conn)
+            p->send_conn->tp->close(p->send_conn);
+        if (p->recv_conn)
+            p->recv_conn->tp->close(p->recv_conn);
+        p->send_conn = p->recv_conn = NULL;
+    }
+    for (int i = 0; i < comm->ntps; i++) {
+        struct coll_tp_state *st = &comm->tps[i];
+        if (st->listener)
+            st->tp->close(st->listener);
+        st->tp->fini(st->ctx);
+    }
+    comm->ntps = 0;
+}
+
+void coll_transport_shutdown_all(struct coll_comm *comm)
+{
+    for (int k = 0; comm->peers && k < comm->nranks; k++) {
+        struct coll_peer *p = &comm->peers[k];
+        if (p->send_conn)
+            p->send_conn->tp->shutdown(p->send_conn);
+        if (p->recv_conn)
+            p->recv_conn->tp->shutdown(p->recv_conn);
+    }
+}
+
+/* The transport state for peer: the first allowed transport both sides offer
+ * whose can_connect agrees. */
+static collResult_t transport_pick(struct coll_comm *comm, int peer, struct coll_tp_state **st_p,
+                                   int *index_p)
+{
+    const struct coll_rank_info *pi = &comm->peers[peer].info;
+    for (int i = 0; i < comm->ntps; i++) {
+        struct coll_tp_state *st = &comm->tps[i];
+        int index = 0;
+        while (transport_table[index] != st->tp)
+            index++;
+        if (!(pi->tp_mask & (1u << index)))
+            continue;
+        bool ok = false;
+        COLL_CHECK(st->tp->can_connect(st->ctx, pi, &ok));
+        if (ok) {
+            *st_p = st;
+            *index_p = index;
+            return collSuccess;
+        }
+    }
+    coll_set_error(comm, "no common transport with rank %d (%.64s)", peer, pi->host);
+    return collInvalidUsage;
+}
+
+collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
+                                     struct coll_conn **conn_p)
+{
+    struct coll_peer *p = &comm->peers[peer];
+    struct coll_conn **slot = is_send ? &p->send_conn : &p->recv_conn;
+    if (*slot) {
+        *conn_p = *slot;
+        return collSuccess;
+    }
+    struct coll_tp_state *st;
+    int index;
+    COLL_CHECK(transport_pick(comm, peer, &st, &index));
+    if (is_send) {
+        COLL_CHECK(st->tp->connect(st->ctx, p->info.tp_handle[index], peer, slot));
+        COLL_INFO(COLL_SUBSYS_TRANSPORT, "send to rank %d via %s", peer, st->tp->name);
+        *conn_p = *slot;
+        return collSuccess;
+    }
+    /* Accept until the wanted peer's connection is complete, stashing others. */
+    while (*slot == NULL) {
+        struct coll_conn *c = NULL;
+        COLL_CHECK(st->tp->accept(st->listener, &c));
+        if (c != NULL) {
+            struct coll_peer *from = &comm->peers[c->peer];
+            if (from->recv_conn != NULL) {
+                coll_set_error(comm, "rank %d connected twice", c->peer);
+                c->tp->close(c);
+                return collRemoteError;
+            }
+            from->recv_conn = c;
+            continue;
+        }
+        if (atomic_load(&comm->aborting)) {
+            coll_set_error(comm, "communicator aborted while waiting for rank %d", peer);
+            return collRemoteError;
+        }
+        int64_t now = coll_now_ns();
+        if (now >= comm->deadline_ns) {
+            coll_set_error(comm, "rank %d (%.64s) did not connect within %lld ms", peer,
+                           p->info.host, (long long)comm->timeout_ms);
+            return collTimeout;
+        }
+        struct pollfd pfds[COLL_CONN_MAX_FDS];
+        struct coll_conn *l = st->listener;
+        for (int i = 0; i < l->nfds; i++)
+            pfds[i] = (struct pollfd){.fd = l->fds[i], .events = POLLIN};
+        int64_t ms = (comm->deadline_ns - now) / 1000000 + 1;
+        (void)poll(pfds, (nfds_t)l->nfds, ms > 100 ? 100 : (int)ms);
+    }
+    COLL_INFO(COLL_SUBSYS_TRANSPORT, "receive from rank %d via %s", peer, st->tp->name);
+    *conn_p = *slot;
+    return collSuccess;
+}

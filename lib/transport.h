@@ -1,0 +1,102 @@
+/* The transport interface: how the core moves bytes between two ranks.  A
+ * transport knows nothing of collectives or data types.  Shaped like a network
+ * plugin: listen/connect/accept, then non-blocking isend/irecv/test.  No slot
+ * blocks; the core (exec.c) drives progress and deadlines. */
+#ifndef COLL_TRANSPORT_H
+#define COLL_TRANSPORT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "collective.h"
+
+#define COLL_TRANSPORT_ABI 1u
+#define COLL_TP_CAP_HOST_MEM (1u << 0)
+#define COLL_TP_CAP_CUDA_MEM (1u << 1)
+#define COLL_TP_CAP_NEEDS_REG (1u << 2)
+#define COLL_TP_HANDLE_BYTES 128
+#define COLL_CONN_MAX_FDS 16
+
+#define coll_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
+
+struct coll_comm;
+struct coll_rank_info;
+struct coll_transport;
+
+/* One direction between two ranks.  Transports embed it first in their own
+ * connection struct. */
+struct coll_conn {
+    const struct coll_transport *tp;
+    int peer;      /* the other rank; -1 for a listener */
+    bool is_send;  /* direction, for waits */
+    int nfds;      /* descriptors the core may poll() while waiting on this conn */
+    int fds[COLL_CONN_MAX_FDS];
+    int err_no;    /* errno of the last failure, 0 for a clean close by the peer */
+};
+
+/* A request is transport-owned and released by the test() that reports it done.
+ * Transports embed it first in their own request struct. */
+struct coll_req {
+    struct coll_conn *conn;
+};
+
+struct coll_transport {
+    uint32_t abi;
+    const char *name;
+    uint32_t caps;
+    collResult_t (*init)(struct coll_comm *comm, void **ctx_p);
+    void (*fini)(void *ctx);
+    collResult_t (*can_connect)(void *ctx, const struct coll_rank_info *peer, bool *ok_p);
+    /* Starts listening; writes the bytes peers need to connect into handle
+     * (COLL_TP_HANDLE_BYTES). */
+    collResult_t (*listen)(void *ctx, void *handle, struct coll_conn **lis_p);
+    /* Opens a send connection to the peer whose listen handle is given.  The
+     * handshake carries the communicator's secret and this rank. */
+    collResult_t (*connect)(void *ctx, const void *handle, int peer, struct coll_conn **conn_p);
+    /* Returns a receive connection from an incoming peer, or NULL in *conn_p when
+     * none is complete yet (call again).  Connections that fail the handshake are
+     * dropped and logged. */
+    collResult_t (*accept)(struct coll_conn *lis, struct coll_conn **conn_p);
+    collResult_t (*reg)(struct coll_conn *c, void *buf, size_t len, void **mh_p);
+    collResult_t (*dereg)(struct coll_conn *c, void *mh);
+    collResult_t (*isend)(struct coll_conn *c, const void *buf, size_t n, void *mh,
+                          struct coll_req **r_p);
+    collResult_t (*irecv)(struct coll_conn *c, void *buf, size_t n, void *mh,
+                          struct coll_req **r_p);
+    /* Makes progress; *done_p true when r completed (r is then released) with
+     * *n_p bytes. */
+    collResult_t (*test)(struct coll_req *r, bool *done_p, size_t *n_p);
+    /* Makes any pending receive or send fail at once (abort, poisoning); safe to
+     * call from another thread while the connection is in use. */
+    void (*shutdown)(struct coll_conn *c);
+    collResult_t (*close)(struct coll_conn *c);
+};
+
+static inline collResult_t coll_conn_isend(struct coll_conn *c, const void *buf, size_t n,
+                                           struct coll_req **r_p)
+{
+    return c->tp->isend(c, buf, n, NULL, r_p);
+}
+
+static inline collResult_t coll_conn_irecv(struct coll_conn *c, void *buf, size_t n,
+                                           struct coll_req **r_p)
+{
+    return c->tp->irecv(c, buf, n, NULL, r_p);
+}
+
+/* The ordered table of built transports. */
+const struct coll_transport *const *coll_transport_table(int *n_p);
+/* Selects and initialises transports for comm (COLL_TRANSPORTS narrows). */
+collResult_t coll_transport_init(struct coll_comm *comm);
+void coll_transport_fini(struct coll_comm *comm);
+/* The send (is_send) or receive connection with peer, established on first use
+ * within the comm's deadline. */
+collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
+                                     struct coll_conn **conn_p);
+/* Shuts every connection down so blocked peers and callers see an error. */
+void coll_transport_shutdown_all(struct coll_comm *comm);
+
+extern const struct coll_transport coll_tcp_transport;
+
+#endif

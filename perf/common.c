@@ -1,0 +1,1553 @@
+/*
+ * The harness of the perf tools: what nccl-tests' common code does, over the
+ * public API only.
+ *
+ * Steps of one run:
+ *   1. Parse the flags (nccl-tests' names, plus -t, -A and -J).
+ *   2. Start the ranks: with -t N (or with no launcher in the environment, as one
+ *      rank) N threads call collCommInitRank with one id from collGetUniqueId;
+ *      under collrun or another launcher this process is one rank and calls
+ *      collCommInitFromEnv.
+ *   3. Gather each rank's pid and host (an allgather) so that rank 0 can print the
+ *      "# Using devices" block, then allocate the send, receive and expected
+ *      buffers of maxBytes each and agree (an allreduce) that every rank is ready.
+ *   4. For each type, op and root: warm up at the largest and smallest size, then
+ *      for each size time `iters` calls out of place and in place, combine the time
+ *      across ranks (-a), and check one more call against exact expected values.
+ *   5. Rank 0 prints one row per size, then the count of failed results and the
+ *      average bus bandwidth.
+ *
+ * Timing and checking use the library itself (a 1-element allreduce as barrier,
+ * an allreduce of the time and of the wrong-element counts), so that threads and
+ * processes are handled alike.  A rank that finds wrong elements also says so on
+ * stderr, with the first bad element, in case the combined count is itself wrong.
+ *
+ * Inputs are small integers chosen per (seed, rank, element) so that every
+ * reduction is exact in every type, whatever order the library reduces in:
+ *   sum, avg, max, min: values in [-h, h] ([0, h] unsigned) with nranks * h no
+ *     larger than the largest exactly held integer (256 for bfloat16, 2048 for
+ *     float16), so every partial sum is exact; integer sums wrap as the library's
+ *     do, and modular arithmetic gives the same result in any order;
+ *   prod: values +-1 and +-2 with at most eight 2s per element across the ranks,
+ *     so products are +-2^k with k <= 8.
+ * Averages divide the exact sum once as the library documents it: integers
+ * truncate toward zero; float and double divide in their type; float16 and
+ * bfloat16 divide in float32 and round to nearest even once.
+ */
+#include "common.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define PERF_EXIT_OK 0
+#define PERF_EXIT_FAIL 1
+#define PERF_EXIT_USAGE 2
+
+#define PERF_MAX_THREADS 1024
+#define PERF_ALIGN 4096
+
+/* ------------------------------------------------------------------------- */
+/* Types and ops                                                              */
+
+struct perf_type {
+    collDataType_t type;
+    const char *name; /* nccl-tests' name, printed in the type column */
+    size_t size;
+    bool is_float;
+    bool is_signed;
+    int64_t exact; /* every integer of this magnitude or less is held exactly */
+    int64_t cap;   /* largest input magnitude, to keep values readable */
+};
+
+/* In the order of collDataType_t, which is also nccl-tests' order for -d all. */
+static const struct perf_type perf_types[] = {
+    {collInt8, "int8", 1, false, true, INT64_MAX, 127},
+    {collUint8, "uint8", 1, false, false, INT64_MAX, 255},
+    {collInt32, "int32", 4, false, true, INT64_MAX, 1000},
+    {collUint32, "uint32", 4, false, false, INT64_MAX, 1000},
+    {collInt64, "int64", 8, false, true, INT64_MAX, 1000},
+    {collUint64, "uint64", 8, false, false, INT64_MAX, 1000},
+    {collFloat16, "half", 2, true, true, 2048, 1000},
+    {collFloat32, "float", 4, true, true, INT64_C(1) << 24, 1000},
+    {collFloat64, "double", 8, true, true, INT64_C(1) << 53, 1000},
+    {collBfloat16, "bfloat16", 2, true, true, 256, 1000},
+};
+static_assert(sizeof(perf_types) / sizeof(perf_types[0]) == collNumTypes,
+              "one row per collDataType_t");
+
+/* Names -d accepts: nccl-tests' and the library's. */
+static const struct {
+    const char *name;
+    collDataType_t type;
+} perf_type_names[] = {
+    {"int8", collInt8},       {"char", collInt8},         {"uint8", collUint8},
+    {"int32", collInt32},     {"int", collInt32},         {"uint32", collUint32},
+    {"int64", collInt64},     {"uint64", collUint64},     {"half", collFloat16},
+    {"float16", collFloat16}, {"fp16", collFloat16},      {"float", collFloat32},
+    {"float32", collFloat32}, {"fp32", collFloat32},      {"double", collFloat64},
+    {"float64", collFloat64}, {"fp64", collFloat64},      {"bfloat16", collBfloat16},
+    {"bf16", collBfloat16},
+};
+
+/* In the order of collRedOp_t. */
+static const char *const perf_op_names[] = {"sum", "prod", "max", "min", "avg"};
+static_assert(sizeof(perf_op_names) / sizeof(perf_op_names[0]) == collNumOps,
+              "one name per collRedOp_t");
+
+static const struct perf_type *perf_type_info(collDataType_t t)
+{
+    return &perf_types[t];
+}
+
+size_t perf_type_size(collDataType_t t)
+{
+    return perf_type_info(t)->size;
+}
+
+/* ------------------------------------------------------------------------- */
+/* float16 and bfloat16, written here rather than taken from the library so    */
+/* that a conversion bug there cannot hide behind the same bug in the check.   */
+
+static uint16_t perf_float_to_half(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    uint16_t sign = (uint16_t)((x >> 16) & 0x8000u);
+    uint32_t abs = x & 0x7fffffffu;
+    if (abs > 0x7f800000u)
+        return sign | 0x7e00u; /* NaN */
+    uint32_t exp = abs >> 23;
+    if (exp >= 113) {
+        /* Normal in float16 unless it overflows: rebias the exponent (127 - 15)
+         * and round the 13 dropped mantissa bits to nearest even; a carry out of
+         * the mantissa correctly bumps the exponent. */
+        uint32_t bits = (abs >> 13) - (112u << 10);
+        uint32_t rest = abs & 0x1fffu;
+        if (rest > 0x1000u || (rest == 0x1000u && (bits & 1u)))
+            bits++;
+        return sign | (uint16_t)(bits >= 0x7c00u ? 0x7c00u : bits);
+    }
+    /* Subnormal or zero: the value in units of 2^-24, rounded to nearest even. */
+    uint32_t shift = 126 - exp;
+    if (shift > 24)
+        return sign;
+    uint32_t mant = (abs & 0x7fffffu) | 0x800000u;
+    uint32_t q = mant >> shift;
+    uint32_t rest = mant & ((1u << shift) - 1u);
+    uint32_t half = 1u << (shift - 1);
+    if (rest > half || (rest == half && (q & 1u)))
+        q++;
+    return sign | (uint16_t)q;
+}
+
+static float perf_half_to_float(uint16_t h)
+{
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1fu;
+    uint32_t mant = h & 0x3ffu;
+    uint32_t x;
+    if (exp == 0) {
+        float f = (float)mant * 0x1p-24f;
+        return sign ? -f : f;
+    }
+    if (exp == 31)
+        x = sign | 0x7f800000u | (mant << 13);
+    else
+        x = sign | ((exp + 112u) << 23) | (mant << 13);
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+static uint16_t perf_float_to_bf16(float f)
+{
+    uint32_t x;
+    memcpy(&x, &f, sizeof x);
+    if ((x & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((x >> 16) | 0x40u); /* keep NaN a NaN */
+    x += 0x7fffu + ((x >> 16) & 1u);
+    return (uint16_t)(x >> 16);
+}
+
+static float perf_bf16_to_float(uint16_t b)
+{
+    uint32_t x = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &x, sizeof f);
+    return f;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Inputs and expected results                                                */
+
+struct perf_gen {
+    const struct perf_type *ti;
+    collRedOp_t op;
+    int nranks;
+    uint64_t seed;
+    int64_t lo;        /* values are lo + [0, span) */
+    uint64_t span;
+    uint64_t prod_mod; /* prod: a rank's element is +-2 when (3i + rank + seed) % mod < k */
+    uint64_t prod_k;
+};
+
+static void perf_gen_init(struct perf_gen *g, const struct perf_case *c)
+{
+    const struct perf_type *ti = perf_type_info(c->type);
+    int64_t h = ti->exact / c->nranks;
+    if (h > ti->cap)
+        h = ti->cap;
+    g->ti = ti;
+    g->op = c->op;
+    g->nranks = c->nranks;
+    g->seed = c->seed;
+    g->lo = ti->is_signed ? -h : 0;
+    g->span = ti->is_signed ? (uint64_t)(2 * h + 1) : (uint64_t)(h + 1);
+    /* Of every prod_mod consecutive ranks, prod_k hold a 2; nranks spans at most
+     * q windows, so an element meets at most prod_k * q <= 8 twos. */
+    uint64_t n = (uint64_t)c->nranks;
+    g->prod_mod = (n + 7) / 8 > 8 ? (n + 7) / 8 : 8;
+    uint64_t q = (n + g->prod_mod - 1) / g->prod_mod;
+    g->prod_k = 8 / q < g->prod_mod / 2 ? 8 / q : g->prod_mod / 2;
+    if (g->prod_k == 0)
+        g->prod_k = 1;
+}
+
+static uint64_t perf_mix(uint64_t seed, int rank, size_t index)
+{
+    uint64_t x = seed * 0x9e3779b97f4a7c15ull + (uint64_t)rank * 0xbf58476d1ce4e5b9ull +
+                 (uint64_t)index * 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    x *= 0xd6e8feb86659fd93ull;
+    x ^= x >> 32;
+    return x;
+}
+
+static int64_t perf_gen_value(const struct perf_gen *g, int rank, size_t index)
+{
+    uint64_t x = perf_mix(g->seed, rank, index);
+    if (g->op == collProd) {
+        int64_t v = ((uint64_t)index * 3 + (uint64_t)rank + g->seed) % g->prod_mod < g->prod_k
+                        ? 2
+                        : 1;
+        if (g->ti->is_signed && (x & 3u) == 0)
+            v = -v;
+        return v;
+    }
+    /* Multiply-shift instead of a modulo: this runs nranks times per element. */
+    return g->lo + (int64_t)(((x >> 32) * g->span) >> 32);
+}
+
+/* Stores an integer: its low bytes for integer types (the wrap-around the
+ * library's integer kernels have), the exact value for floating types. */
+static void perf_store_int(const struct perf_type *ti, void *dst, uint64_t v)
+{
+    switch (ti->size) {
+    case 1: {
+        uint8_t u = (uint8_t)v;
+        memcpy(dst, &u, 1);
+        break;
+    }
+    case 4: {
+        uint32_t u = (uint32_t)v;
+        memcpy(dst, &u, 4);
+        break;
+    }
+    default:
+        memcpy(dst, &v, 8);
+        break;
+    }
+}
+
+static void perf_store_real(const struct perf_type *ti, void *dst, double d)
+{
+    switch (ti->type) {
+    case collFloat16: {
+        uint16_t h = perf_float_to_half((float)d);
+        memcpy(dst, &h, 2);
+        break;
+    }
+    case collBfloat16: {
+        uint16_t b = perf_float_to_bf16((float)d);
+        memcpy(dst, &b, 2);
+        break;
+    }
+    case collFloat32: {
+        float f = (float)d;
+        memcpy(dst, &f, 4);
+        break;
+    }
+    default:
+        memcpy(dst, &d, 8);
+        break;
+    }
+}
+
+void perf_fill_input(const struct perf_case *c, void *dst, size_t count, size_t offset, int rank)
+{
+    struct perf_gen g;
+    perf_gen_init(&g, c);
+    char *out = dst;
+    for (size_t i = 0; i < count; i++) {
+        int64_t v = perf_gen_value(&g, rank, offset + i);
+        if (g.ti->is_float)
+            perf_store_real(g.ti, out + i * g.ti->size, (double)v);
+        else
+            perf_store_int(g.ti, out + i * g.ti->size, (uint64_t)v);
+    }
+}
+
+/* The value of the low `size` bytes of acc as a signed integer of that size. */
+static int64_t perf_sign_extend(uint64_t acc, size_t size)
+{
+    if (size == 8) {
+        int64_t v;
+        memcpy(&v, &acc, 8);
+        return v;
+    }
+    uint64_t mask = (UINT64_C(1) << (8 * size)) - 1;
+    uint64_t x = acc & mask;
+    if (x & (UINT64_C(1) << (8 * size - 1)))
+        return (int64_t)x - (int64_t)(mask + 1);
+    return (int64_t)x;
+}
+
+static void perf_reduce_int(const struct perf_gen *g, void *dst, size_t index)
+{
+    uint64_t acc = g->op == collProd ? 1 : 0;
+    int64_t best = 0;
+    for (int r = 0; r < g->nranks; r++) {
+        int64_t v = perf_gen_value(g, r, index);
+        switch (g->op) {
+        case collProd:
+            acc *= (uint64_t)v;
+            break;
+        case collMax:
+            best = (r == 0 || v > best) ? v : best;
+            break;
+        case collMin:
+            best = (r == 0 || v < best) ? v : best;
+            break;
+        default: /* sum and avg, modulo 2^64 and so modulo the type's width */
+            acc += (uint64_t)v;
+            break;
+        }
+    }
+    if (g->op == collMax || g->op == collMin) {
+        acc = (uint64_t)best;
+    } else if (g->op == collAvg) {
+        /* The wrapped sum as the type holds it, divided with C's truncation. */
+        if (g->ti->is_signed) {
+            acc = (uint64_t)(perf_sign_extend(acc, g->ti->size) / g->nranks);
+        } else {
+            uint64_t mask = g->ti->size == 8 ? UINT64_MAX : (UINT64_C(1) << (8 * g->ti->size)) - 1;
+            acc = (acc & mask) / (uint64_t)g->nranks;
+        }
+    }
+    perf_store_int(g->ti, dst, acc);
+}
+
+static void perf_reduce_real(const struct perf_gen *g, void *dst, size_t index)
+{
+    double acc = g->op == collProd ? 1.0 : 0.0;
+    for (int r = 0; r < g->nranks; r++) {
+        double v = (double)perf_gen_value(g, r, index);
+        switch (g->op) {
+        case collProd:
+            acc *= v;
+            break;
+        case collMax:
+            acc = (r == 0 || v > acc) ? v : acc;
+            break;
+        case collMin:
+            acc = (r == 0 || v < acc) ? v : acc;
+            break;
+        default:
+            acc += v;
+            break;
+        }
+    }
+    if (g->op == collAvg) {
+        if (g->ti->type == collFloat64) {
+            acc = acc / g->nranks;
+        } else {
+            /* float, float16 and bfloat16 divide in float32; the two 16-bit types
+             * then round once more, in perf_store_real. */
+            float q = (float)acc / (float)g->nranks;
+            acc = (double)q;
+        }
+    }
+    perf_store_real(g->ti, dst, acc);
+}
+
+void perf_fill_reduced(const struct perf_case *c, void *dst, size_t count, size_t offset)
+{
+    struct perf_gen g;
+    perf_gen_init(&g, c);
+    char *out = dst;
+    for (size_t i = 0; i < count; i++) {
+        if (g.ti->is_float)
+            perf_reduce_real(&g, out + i * g.ti->size, offset + i);
+        else
+            perf_reduce_int(&g, out + i * g.ti->size, offset + i);
+    }
+}
+
+static void perf_format_value(collDataType_t t, const void *p, char *buf, size_t len)
+{
+    union {
+        int8_t i8;
+        uint8_t u8;
+        int32_t i32;
+        uint32_t u32;
+        int64_t i64;
+        uint64_t u64;
+        uint16_t u16;
+        float f32;
+        double f64;
+    } v;
+    memcpy(&v, p, perf_type_size(t));
+    switch (t) {
+    case collInt8:
+        snprintf(buf, len, "%d", v.i8);
+        break;
+    case collUint8:
+        snprintf(buf, len, "%u", v.u8);
+        break;
+    case collInt32:
+        snprintf(buf, len, "%" PRId32, v.i32);
+        break;
+    case collUint32:
+        snprintf(buf, len, "%" PRIu32, v.u32);
+        break;
+    case collInt64:
+        snprintf(buf, len, "%" PRId64, v.i64);
+        break;
+    case collUint64:
+        snprintf(buf, len, "%" PRIu64, v.u64);
+        break;
+    case collFloat16:
+        snprintf(buf, len, "%.9g (0x%04x)", (double)perf_half_to_float(v.u16), v.u16);
+        break;
+    case collBfloat16:
+        snprintf(buf, len, "%.9g (0x%04x)", (double)perf_bf16_to_float(v.u16), v.u16);
+        break;
+    case collFloat32:
+        snprintf(buf, len, "%.9g", (double)v.f32);
+        break;
+    default:
+        snprintf(buf, len, "%.17g", v.f64);
+        break;
+    }
+}
+
+/* ------------------------------------------------------------------------- */
+/* Options                                                                    */
+
+struct perf_opts {
+    int nthreads; /* -t; 0 when not given */
+    size_t min_bytes;
+    size_t max_bytes;
+    size_t step_bytes;
+    size_t step_factor;
+    int iters;
+    int warmup;
+    int check;   /* checks per result; 0 disables checking */
+    int average; /* 0 rank 0, 1 mean, 2 min, 3 max */
+    int blocking;
+    int timeout_s;
+    int cputime;
+    int type; /* -1: all */
+    int op;   /* -1: all */
+    int root; /* -1: all */
+    const char *algo;
+    const char *json_path;
+};
+
+static const char *perf_tool = "perf";
+
+__attribute__((format(printf, 1, 2))) static int perf_usage_error(const char *fmt, ...);
+
+static void perf_usage(FILE *out)
+{
+    fprintf(out,
+            "Usage: %s [options]\n"
+            "  -t, --nthreads N       run N ranks as threads of this process (no launcher)\n"
+            "  -g, --ngpus N          accepted for compatibility; must be 1\n"
+            "  -b, --minbytes SIZE    smallest size (default 32M); K, M, G suffixes\n"
+            "  -e, --maxbytes SIZE    largest size (default 32M)\n"
+            "  -i, --stepbytes SIZE   size increment when -f is 1 (default 1M)\n"
+            "  -f, --stepfactor N     size multiplier (default 1: use -i)\n"
+            "  -n, --iters N          timed iterations per size (default 20)\n"
+            "  -m, --agg_iters N      accepted for compatibility; must be 1\n"
+            "  -w, --warmup_iters N   warm-up iterations (default 5)\n"
+            "  -p, --parallel_init 0/1  accepted for compatibility; ranks always init in "
+            "parallel\n"
+            "  -c, --check N          check results N times per size (default 1; 0: off)\n"
+            "  -o, --op OP            sum, prod, max, min, avg or all (default sum)\n"
+            "  -d, --datatype TYPE    int8 uint8 int32 uint32 int64 uint64 half float double\n"
+            "                         bfloat16 (or float16 float32 float64 bf16), or all "
+            "(default float)\n"
+            "  -r, --root R           root rank, or all / -1 for every rank (default 0)\n"
+            "  -z, --blocking 0/1     1: barrier after each call (calls always block)\n"
+            "  -y, --stream_null 0/1  accepted for compatibility; streams are always NULL\n"
+            "  -T, --timeout S        fail when one call takes more than S seconds (0: off)\n"
+            "  -G, --cudagraph N      accepted for compatibility; must be 0\n"
+            "  -C, --report_cputime 0/1  label the time column cputime (same value here)\n"
+            "  -a, --average 0/1/2/3  time reported: rank 0, mean, min or max over ranks "
+            "(default 1)\n"
+            "  -A, --algo ALGO        set COLL_ALGO=ALGO before the communicator is created\n"
+            "  -J, --json FILE        also write the results as JSON to FILE (rank 0)\n"
+            "  -h, --help             this text\n"
+            "Without -t, under collrun or another launcher, each process is one rank:\n"
+            "  collrun -n 4 %s -b 8 -e 256M -f 2\n",
+            perf_tool, perf_tool);
+}
+
+static int perf_usage_error(const char *fmt, ...)
+{
+    va_list ap;
+    fprintf(stderr, "%s: ", perf_tool);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, " (see %s -h)\n", perf_tool);
+    return PERF_EXIT_USAGE;
+}
+
+/* A size as nccl-tests reads it: a number with an optional K, M or G (powers of
+ * 1024).  Returns false for anything else. */
+static bool perf_parse_size(const char *s, size_t *v_p)
+{
+    char *end;
+    if (*s == '\0' || *s == '-')
+        return false;
+    double v = strtod(s, &end);
+    if (end == s || !isfinite(v) || v < 0)
+        return false;
+    double unit = 1;
+    switch (*end) {
+    case 'k':
+    case 'K':
+        unit = 1024.0;
+        end++;
+        break;
+    case 'm':
+    case 'M':
+        unit = 1024.0 * 1024;
+        end++;
+        break;
+    case 'g':
+    case 'G':
+        unit = 1024.0 * 1024 * 1024;
+        end++;
+        break;
+    default:
+        break;
+    }
+    if (*end != '\0' || v * unit > (double)(SIZE_MAX / 8))
+        return false;
+    *v_p = (size_t)(v * unit);
+    return true;
+}
+
+static bool perf_parse_int(const char *s, long lo, long hi, int *v_p)
+{
+    char *end;
+    long v = strtol(s, &end, 0);
+    if (end == s || *end != '\0' || v < lo || v > hi)
+        return false;
+    *v_p = (int)v;
+    return true;
+}
+
+/* Parses argv into *o.  Returns -1 to go on, else the exit status (0 after -h). */
+static int perf_parse(int argc, char **argv, struct perf_opts *o)
+{
+    static const struct option longopts[] = {
+        {"nthreads", required_argument, NULL, 't'},
+        {"ngpus", required_argument, NULL, 'g'},
+        {"minbytes", required_argument, NULL, 'b'},
+        {"maxbytes", required_argument, NULL, 'e'},
+        {"stepbytes", required_argument, NULL, 'i'},
+        {"stepfactor", required_argument, NULL, 'f'},
+        {"iters", required_argument, NULL, 'n'},
+        {"agg_iters", required_argument, NULL, 'm'},
+        {"warmup_iters", required_argument, NULL, 'w'},
+        {"parallel_init", required_argument, NULL, 'p'},
+        {"check", required_argument, NULL, 'c'},
+        {"op", required_argument, NULL, 'o'},
+        {"datatype", required_argument, NULL, 'd'},
+        {"root", required_argument, NULL, 'r'},
+        {"blocking", required_argument, NULL, 'z'},
+        {"stream_null", required_argument, NULL, 'y'},
+        {"timeout", required_argument, NULL, 'T'},
+        {"cudagraph", required_argument, NULL, 'G'},
+        {"report_cputime", required_argument, NULL, 'C'},
+        {"average", required_argument, NULL, 'a'},
+        {"algo", required_argument, NULL, 'A'},
+        {"json", required_argument, NULL, 'J'},
+        {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    *o = (struct perf_opts){
+        .min_bytes = 32u << 20,
+        .max_bytes = 32u << 20,
+        .step_bytes = 1u << 20,
+        .step_factor = 1,
+        .iters = 20,
+        .warmup = 5,
+        .check = 1,
+        .average = 1,
+        .type = collFloat32,
+        .op = collSum,
+        .root = 0,
+    };
+    opterr = 0; /* our own messages, which name the flag and exit 2 */
+    optind = 1;
+    for (;;) {
+        int c = getopt_long(argc, argv, ":t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:A:J:h", longopts,
+                            NULL);
+        if (c == -1)
+            break;
+        const char *v = optarg;
+        int n = 0;
+        switch (c) {
+        case 't':
+            if (!perf_parse_int(v, 1, PERF_MAX_THREADS, &o->nthreads))
+                return perf_usage_error("invalid value '%s' for -t (nthreads): want 1 to %d", v,
+                                        PERF_MAX_THREADS);
+            break;
+        case 'g':
+            if (!perf_parse_int(v, 1, 1, &n))
+                return perf_usage_error("invalid value '%s' for -g (ngpus): only 1 is supported, "
+                                        "one rank per thread or process", v);
+            break;
+        case 'b':
+            if (!perf_parse_size(v, &o->min_bytes))
+                return perf_usage_error("invalid value '%s' for -b (minbytes): want a size such "
+                                        "as 8, 64K, 256M or 1G", v);
+            break;
+        case 'e':
+            if (!perf_parse_size(v, &o->max_bytes))
+                return perf_usage_error("invalid value '%s' for -e (maxbytes): want a size such "
+                                        "as 8, 64K, 256M or 1G", v);
+            break;
+        case 'i':
+            if (!perf_parse_size(v, &o->step_bytes))
+                return perf_usage_error("invalid value '%s' for -i (stepbytes): want a size", v);
+            break;
+        case 'f':
+            if (!perf_parse_int(v, 1, 1 << 20, &n))
+                return perf_usage_error("invalid value '%s' for -f (stepfactor): want an "
+                                        "integer >= 1", v);
+            o->step_factor = (size_t)n;
+            break;
+        case 'n':
+            if (!perf_parse_int(v, 1, INT_MAX, &o->iters))
+                return perf_usage_error("invalid value '%s' for -n (iters): want an integer >= 1",
+                                        v);
+            break;
+        case 'm':
+            if (!perf_parse_int(v, 1, 1, &n))
+                return perf_usage_error("invalid value '%s' for -m (agg_iters): only 1 is "
+                                        "supported (no group calls)", v);
+            break;
+        case 'w':
+            if (!perf_parse_int(v, 0, INT_MAX, &o->warmup))
+                return perf_usage_error("invalid value '%s' for -w (warmup_iters): want an "
+                                        "integer >= 0", v);
+            break;
+        case 'p':
+            if (!perf_parse_int(v, 0, 1, &n))
+                return perf_usage_error("invalid value '%s' for -p (parallel_init): want 0 or 1",
+                                        v);
+            break;
+        case 'c':
+            if (!perf_parse_int(v, 0, 1000, &o->check))
+                return perf_usage_error("invalid value '%s' for -c (check): want 0 or a count of "
+                                        "checks", v);
+            break;
+        case 'o':
+            o->op = -2;
+            if (strcmp(v, "all") == 0)
+                o->op = -1;
+            for (int i = 0; i < collNumOps; i++)
+                if (strcmp(v, perf_op_names[i]) == 0)
+                    o->op = i;
+            if (o->op == -2)
+                return perf_usage_error("invalid value '%s' for -o (op): want sum, prod, max, "
+                                        "min, avg or all", v);
+            break;
+        case 'd':
+            o->type = -2;
+            if (strcmp(v, "all") == 0)
+                o->type = -1;
+            for (size_t i = 0; i < sizeof(perf_type_names) / sizeof(perf_type_names[0]); i++)
+                if (strcmp(v, perf_type_names[i].name) == 0)
+                    o->type = (int)perf_type_names[i].type;
+            if (o->type == -2)
+                return perf_usage_error("invalid value '%s' for -d (datatype): want int8, uint8, "
+                                        "int32, uint32, int64, uint64, half, float, double, "
+                                        "bfloat16 or all", v);
+            break;
+        case 'r':
+            if (strcmp(v, "all") == 0)
+                o->root = -1;
+            else if (!perf_parse_int(v, -1, INT_MAX, &o->root))
+                return perf_usage_error("invalid value '%s' for -r (root): want a rank, or all",
+                                        v);
+            break;
+        case 'z':
+            if (!perf_parse_int(v, 0, 1, &o->blocking))
+                return perf_usage_error("invalid value '%s' for -z (blocking): want 0 or 1", v);
+            break;
+        case 'y':
+            if (!perf_parse_int(v, 0, 1, &n))
+                return perf_usage_error("invalid value '%s' for -y (stream_null): want 0 or 1", v);
+            break;
+        case 'T':
+            if (!perf_parse_int(v, 0, 1000000, &o->timeout_s))
+                return perf_usage_error("invalid value '%s' for -T (timeout): want seconds >= 0",
+                                        v);
+            break;
+        case 'G':
+            if (!perf_parse_int(v, 0, 0, &n))
+                return perf_usage_error("invalid value '%s' for -G (cudagraph): only 0 is "
+                                        "supported", v);
+            break;
+        case 'C':
+            if (!perf_parse_int(v, 0, 1, &o->cputime))
+                return perf_usage_error("invalid value '%s' for -C (report_cputime): want 0 or 1",
+                                        v);
+            break;
+        case 'a':
+            if (!perf_parse_int(v, 0, 3, &o->average))
+                return perf_usage_error("invalid value '%s' for -a (average): want 0 (rank 0), "
+                                        "1 (mean), 2 (min) or 3 (max)", v);
+            break;
+        case 'A':
+            if (*v == '\0')
+                return perf_usage_error("empty value for -A (algo)");
+            o->algo = v;
+            break;
+        case 'J':
+            if (*v == '\0')
+                return perf_usage_error("empty value for -J (json)");
+            o->json_path = v;
+            break;
+        case 'h':
+            perf_usage(stdout);
+            return PERF_EXIT_OK;
+        case ':':
+            return perf_usage_error("option '%s' needs a value", argv[optind - 1]);
+        default:
+            return perf_usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind < argc)
+        return perf_usage_error("unexpected argument '%s'", argv[optind]);
+    if (o->min_bytes > o->max_bytes)
+        return perf_usage_error("invalid sizes: minbytes %zu > maxbytes %zu", o->min_bytes,
+                                o->max_bytes);
+    if (o->step_factor <= 1 && o->step_bytes == 0 && o->min_bytes < o->max_bytes)
+        return perf_usage_error("-i (stepbytes) 0 with -f 1 never reaches maxbytes");
+    return -1;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Ranks                                                                      */
+
+struct perf_rank;
+
+struct perf_run {
+    const struct perf_coll *coll;
+    struct perf_opts opts;
+    bool threads; /* ranks are threads with an id from collGetUniqueId */
+    int nthreads;
+    collUniqueId id;
+    struct perf_rank *ranks;
+    char host[64];
+    char cpu[64];
+    atomic_bool stop; /* tells the watchdog to end */
+
+    /* Used by rank 0 only. */
+    FILE *json;
+    bool json_first;
+    double bw_sum;
+    int bw_count;
+};
+
+struct perf_rank {
+    struct perf_run *run;
+    int index; /* thread index in this process */
+    pthread_t thread;
+    int status;
+    collComm_t comm;
+    int rank;
+    int nranks;
+    char *sendbuf;
+    char *recvbuf;
+    char *expected;
+    size_t buf_bytes;
+    uint64_t rep;  /* seed of the next check, the same sequence on every rank */
+    int errors;    /* results with wrong elements, the same count on every rank */
+    bool poisoned; /* a call failed: abort rather than destroy */
+
+    /* Read by the watchdog thread. */
+    _Atomic int64_t busy_since_ns; /* 0 outside library calls */
+    _Atomic(const char *) busy_what;
+    atomic_int label; /* the rank, once known; the thread index before */
+};
+
+struct perf_result {
+    double time_us;
+    double algbw;
+    double busbw;
+    int64_t wrong;
+};
+
+static int64_t perf_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static void perf_busy(struct perf_rank *pr, const char *what)
+{
+    atomic_store(&pr->busy_what, what);
+    atomic_store(&pr->busy_since_ns, perf_now_ns());
+}
+
+static void perf_idle(struct perf_rank *pr)
+{
+    atomic_store(&pr->busy_since_ns, 0);
+}
+
+static void perf_report(struct perf_rank *pr, const char *what, collResult_t res)
+{
+    fprintf(stderr, "%s: rank %d: %s failed: %s: %s\n", perf_tool, pr->rank, what,
+            collGetErrorString(res), collGetLastError(pr->comm));
+    pr->poisoned = true;
+}
+
+/* Runs a library call under the watchdog; on failure reports it and returns -1
+ * from the calling function. */
+#define PERF_TRY(pr, what, call)                     \
+    do {                                             \
+        perf_busy((pr), (what));                     \
+        collResult_t perf_res_ = (call);             \
+        perf_idle(pr);                               \
+        if (perf_res_ != collSuccess) {              \
+            perf_report((pr), (what), perf_res_);    \
+            return -1;                               \
+        }                                            \
+    } while (0)
+
+/* With -T, ends the process when one call runs too long: the library's own
+ * deadlines (COLL_TIMEOUT_MS) may be far longer than the user wants to wait. */
+static void *perf_watchdog(void *arg)
+{
+    struct perf_run *run = arg;
+    int64_t limit = (int64_t)run->opts.timeout_s * 1000000000;
+    struct timespec tick = {.tv_sec = 0, .tv_nsec = 50 * 1000 * 1000};
+    while (!atomic_load(&run->stop)) {
+        nanosleep(&tick, NULL);
+        int64_t now = perf_now_ns();
+        for (int i = 0; i < run->nthreads; i++) {
+            struct perf_rank *pr = &run->ranks[i];
+            int64_t since = atomic_load(&pr->busy_since_ns);
+            if (since != 0 && now - since > limit) {
+                fflush(stdout);
+                fprintf(stderr, "%s: %s: Test timeout (%ds): rank %d in %s\n", perf_tool,
+                        run->host, run->opts.timeout_s, atomic_load(&pr->label),
+                        atomic_load(&pr->busy_what));
+                _exit(PERF_EXIT_FAIL);
+            }
+        }
+    }
+    return NULL;
+}
+
+static int perf_barrier(struct perf_rank *pr)
+{
+    int32_t x = 0;
+    PERF_TRY(pr, "barrier (allreduce)", collAllReduce(&x, &x, 1, collInt32, collSum, pr->comm, NULL));
+    return 0;
+}
+
+/* The largest of every rank's v, so that all ranks take the same branch. */
+static int perf_agree(struct perf_rank *pr, int32_t *v)
+{
+    PERF_TRY(pr, "agreement (allreduce)", collAllReduce(v, v, 1, collInt32, collMax, pr->comm, NULL));
+    return 0;
+}
+
+/* Combines each rank's time as -a says. */
+static int perf_combine_time(struct perf_rank *pr, double *sec)
+{
+    const char *what = "time reduction (allreduce)";
+    switch (pr->run->opts.average) {
+    case 0:
+        PERF_TRY(pr, "time broadcast", collBroadcast(sec, sec, 1, collFloat64, 0, pr->comm, NULL));
+        break;
+    case 1:
+        PERF_TRY(pr, what, collAllReduce(sec, sec, 1, collFloat64, collSum, pr->comm, NULL));
+        *sec /= pr->nranks;
+        break;
+    case 2:
+        PERF_TRY(pr, what, collAllReduce(sec, sec, 1, collFloat64, collMin, pr->comm, NULL));
+        break;
+    default:
+        PERF_TRY(pr, what, collAllReduce(sec, sec, 1, collFloat64, collMax, pr->comm, NULL));
+        break;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Header and report (rank 0)                                                 */
+
+struct perf_peer {
+    int32_t pid;
+    char host[60];
+    char cpu[64];
+};
+
+static void perf_host_names(struct perf_run *run)
+{
+    if (gethostname(run->host, sizeof run->host) != 0)
+        snprintf(run->host, sizeof run->host, "localhost");
+    run->host[sizeof run->host - 1] = '\0';
+    /* nccl-tests prints the short name. */
+    char *dot = strchr(run->host, '.');
+    if (dot != NULL)
+        *dot = '\0';
+
+    snprintf(run->cpu, sizeof run->cpu, "host");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (f == NULL)
+        return;
+    char line[256];
+    while (fgets(line, sizeof line, f) != NULL) {
+        if (strncmp(line, "model name", 10) != 0)
+            continue;
+        const char *v = strchr(line, ':');
+        if (v == NULL)
+            break;
+        v++;
+        while (*v == ' ' || *v == '\t')
+            v++;
+        snprintf(run->cpu, sizeof run->cpu, "%s", v);
+        run->cpu[strcspn(run->cpu, "\n")] = '\0';
+        break;
+    }
+    fclose(f);
+}
+
+static void perf_library_line(const struct perf_run *run, char *buf, size_t len)
+{
+    int code = 0;
+    if (collGetVersion(&code) != collSuccess)
+        code = 0;
+    const char *tp = getenv("COLL_TRANSPORTS");
+    const char *algo = run->opts.algo != NULL ? run->opts.algo : getenv("COLL_ALGO");
+    snprintf(buf, len, "libcollective %d.%d.%d, transport %s, algorithm %s", code / 10000,
+             code / 100 % 100, code % 100, tp != NULL && *tp != '\0' ? tp : "auto",
+             algo != NULL && *algo != '\0' ? algo : "auto");
+}
+
+static void perf_print_header(struct perf_rank *pr, const struct perf_peer *peers)
+{
+    struct perf_run *run = pr->run;
+    const struct perf_opts *o = &run->opts;
+    bool factor = o->step_factor > 1;
+    char lib[256];
+    perf_library_line(run, lib, sizeof lib);
+
+    printf("# nThread %d nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
+           "iters: %d agg iters: 1 validation: %d graph: 0\n",
+           run->nthreads, o->min_bytes, o->max_bytes, factor ? o->step_factor : o->step_bytes,
+           factor ? "factor" : "bytes", o->warmup, o->iters, o->check);
+    if (o->blocking)
+        printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+    printf("# %s\n", lib);
+    printf("#\n# Using devices\n");
+    for (int r = 0; r < pr->nranks; r++) {
+        /* The device number is the rank's index among the ranks of its host. */
+        int local = 0;
+        for (int q = 0; q < r; q++)
+            if (strcmp(peers[q].host, peers[r].host) == 0)
+                local++;
+        printf("#  Rank %2d Group %2d Pid %6d on %10s device %2d [cpu] %s\n", r, 0,
+               (int)peers[r].pid, peers[r].host, local, peers[r].cpu);
+    }
+    printf("#\n");
+    if (run->json != NULL)
+        printf("# Writing JSON results to file: %s\n#\n", o->json_path);
+
+    const char *t = o->cputime ? "cputime" : "time";
+    printf("# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place  "
+           "        \n",
+           "", "", "", "", "");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s %6s  %7s  %6s  %6s %6s\n", "size", "count",
+           "type", "redop", "root", t, "algbw", "busbw", "#wrong", t, "algbw", "busbw", "#wrong");
+    printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %5s  %7s  %6s  %6s  %5s\n", "(B)",
+           "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "");
+
+    if (run->json != NULL) {
+        FILE *j = run->json;
+        fprintf(j, "{\n  \"tool\": \"%s\",\n  \"collective\": \"%s\",\n", perf_tool,
+                run->coll->name);
+        fprintf(j, "  \"library\": \"%s\",\n  \"nranks\": %d,\n  \"nthreads\": %d,\n", lib,
+                pr->nranks, run->nthreads);
+        fprintf(j,
+                "  \"minbytes\": %zu,\n  \"maxbytes\": %zu,\n  \"iters\": %d,\n"
+                "  \"warmup_iters\": %d,\n  \"check\": %d,\n  \"average\": %d,\n"
+                "  \"blocking\": %d,\n  \"results\": [",
+                o->min_bytes, o->max_bytes, o->iters, o->warmup, o->check, o->average,
+                o->blocking);
+        run->json_first = true;
+    }
+}
+
+static void perf_format_time(double us, char *buf, size_t len)
+{
+    if (us >= 10000.0)
+        snprintf(buf, len, "%7.0f", us);
+    else if (us >= 100.0)
+        snprintf(buf, len, "%7.1f", us);
+    else
+        snprintf(buf, len, "%7.2f", us);
+}
+
+static void perf_print_result(struct perf_run *run, const struct perf_result *res)
+{
+    char time[32];
+    char wrong[32];
+    perf_format_time(res->time_us, time, sizeof time);
+    if (run->opts.check)
+        snprintf(wrong, sizeof wrong, "%" PRId64, res->wrong);
+    else
+        snprintf(wrong, sizeof wrong, "N/A");
+    printf("  %7s  %6.2f  %6.2f  %5s", time, res->algbw, res->busbw, wrong);
+    run->bw_sum += res->busbw;
+    run->bw_count++;
+}
+
+/* JSON has no inf or nan; a zero-time result would otherwise produce them. */
+static double perf_json_num(double v)
+{
+    return isfinite(v) ? v : 0.0;
+}
+
+static void perf_json_result(FILE *j, const char *key, const struct perf_result *res, bool checked)
+{
+    fprintf(j, "\"%s\": {\"time_us\": %.3f, \"algbw\": %.6f, \"busbw\": %.6f, \"wrong\": ", key,
+            perf_json_num(res->time_us), perf_json_num(res->algbw), perf_json_num(res->busbw));
+    if (checked)
+        fprintf(j, "%" PRId64 "}", res->wrong);
+    else
+        fprintf(j, "null}");
+}
+
+static void perf_json_row(struct perf_run *run, size_t size, size_t count, const char *type,
+                          const char *op, int root, const struct perf_result *oop,
+                          const struct perf_result *ip)
+{
+    FILE *j = run->json;
+    if (j == NULL)
+        return;
+    fprintf(j,
+            "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
+            "\"root\": %d,\n     ",
+            run->json_first ? "" : ",", size, count, type, op, root);
+    perf_json_result(j, "oop", oop, run->opts.check > 0);
+    fprintf(j, ",\n     ");
+    perf_json_result(j, "ip", ip, run->opts.check > 0);
+    fprintf(j, "}");
+    fflush(j);
+    run->json_first = false;
+}
+
+/* ------------------------------------------------------------------------- */
+/* Benchmark                                                                  */
+
+static void perf_set_size(struct perf_rank *pr, struct perf_case *c, size_t bytes)
+{
+    size_t elt = perf_type_size(c->type);
+    pr->run->coll->layout(bytes / elt, elt, pr->nranks, &c->lay);
+}
+
+/* Points sendp and recvp at the buffers of one call, `shift` bytes in. */
+static void perf_place(struct perf_rank *pr, struct perf_case *c, bool in_place, size_t shift)
+{
+    size_t elt = perf_type_size(c->type);
+    char *send = pr->sendbuf + shift;
+    char *recv = pr->recvbuf + shift;
+    c->in_place = in_place;
+    c->sendp = in_place ? recv + c->lay.send_ip_offset * elt * (size_t)pr->rank : send;
+    c->recvp = in_place ? recv + c->lay.recv_ip_offset * elt * (size_t)pr->rank : recv;
+}
+
+/* One call.  As nccl-tests does, successive iterations move through the whole
+ * maxBytes buffers, so that small sizes are not timed from a warm cache only. */
+static int perf_start(struct perf_rank *pr, struct perf_case *c, bool in_place, int iter)
+{
+    const struct perf_coll *coll = pr->run->coll;
+    size_t elt = perf_type_size(c->type);
+    size_t span = c->lay.send_count > c->lay.recv_count ? c->lay.send_count : c->lay.recv_count;
+    size_t total = span * elt;
+    size_t steps = total != 0 ? pr->buf_bytes / total : 1;
+    perf_place(pr, c, in_place, total * ((size_t)iter % steps));
+    PERF_TRY(pr, coll->name,
+             coll->run(c->sendp, c->recvp, c->lay.param_count, c->type, c->op, c->root, pr->comm));
+    if (pr->run->opts.blocking)
+        return perf_barrier(pr);
+    return 0;
+}
+
+static void perf_prepare(struct perf_rank *pr, struct perf_case *c, bool in_place, uint64_t seed)
+{
+    perf_place(pr, c, in_place, 0);
+    c->seed = seed;
+    c->expected = pr->expected;
+    c->check_count = c->lay.recv_count;
+    memset(c->recvp, 0, c->lay.recv_count * perf_type_size(c->type));
+    pr->run->coll->init_data(c);
+}
+
+static int64_t perf_count_wrong(struct perf_rank *pr, const struct perf_case *c)
+{
+    size_t elt = perf_type_size(c->type);
+    const char *got = c->recvp;
+    const char *want = c->expected;
+    if (c->check_count == 0 || memcmp(got, want, c->check_count * elt) == 0)
+        return 0;
+    int64_t wrong = 0;
+    size_t first = 0;
+    for (size_t i = 0; i < c->check_count; i++) {
+        if (memcmp(got + i * elt, want + i * elt, elt) != 0) {
+            if (wrong == 0)
+                first = i;
+            wrong++;
+        }
+    }
+    char g[64];
+    char w[64];
+    perf_format_value(c->type, got + first * elt, g, sizeof g);
+    perf_format_value(c->type, want + first * elt, w, sizeof w);
+    fprintf(stderr,
+            "%s: rank %d: %" PRId64 " wrong elements of %zu in %s %s %s count %zu root %d %s; "
+            "first at %zu: got %s, want %s\n",
+            perf_tool, pr->rank, wrong, c->check_count, pr->run->coll->name,
+            perf_type_info(c->type)->name, pr->run->coll->has_op ? perf_op_names[c->op] : "none",
+            c->lay.param_count, c->root, c->in_place ? "in place" : "out of place", first, g, w);
+    return wrong;
+}
+
+/* Times one size in one placement, then checks it: nccl-tests' BenchTime. */
+static int perf_bench(struct perf_rank *pr, struct perf_case *c, bool in_place,
+                      struct perf_result *res)
+{
+    const struct perf_opts *o = &pr->run->opts;
+    size_t elt = perf_type_size(c->type);
+    if (o->check)
+        perf_prepare(pr, c, in_place, ++pr->rep);
+    if (perf_start(pr, c, in_place, 0) != 0 || perf_barrier(pr) != 0)
+        return -1;
+
+    int64_t t0 = perf_now_ns();
+    for (int i = 0; i < o->iters; i++)
+        if (perf_start(pr, c, in_place, i) != 0)
+            return -1;
+    double sec = (double)(perf_now_ns() - t0) * 1e-9 / o->iters;
+    if (perf_combine_time(pr, &sec) != 0)
+        return -1;
+    res->time_us = sec * 1e6;
+    res->algbw = 0;
+    res->busbw = 0;
+    if (sec > 0)
+        pr->run->coll->bandwidth(c->lay.param_count, elt, sec, pr->nranks, &res->algbw,
+                                 &res->busbw);
+
+    res->wrong = 0;
+    for (int k = 0; k < o->check; k++) {
+        perf_prepare(pr, c, in_place, ++pr->rep);
+        if (perf_start(pr, c, in_place, 0) != 0)
+            return -1;
+        res->wrong = perf_count_wrong(pr, c);
+        PERF_TRY(pr, "wrong count reduction (allreduce)",
+                 collAllReduce(&res->wrong, &res->wrong, 1, collInt64, collSum, pr->comm, NULL));
+        if (res->wrong != 0) {
+            pr->errors++;
+            break;
+        }
+    }
+    return 0;
+}
+
+static size_t perf_next_size(const struct perf_opts *o, size_t size)
+{
+    size_t next;
+    if (o->step_factor > 1)
+        next = size == 0 ? 1 : size * o->step_factor;
+    else
+        next = size + o->step_bytes;
+    /* Stop rather than wrap around. */
+    if (next <= size || (o->step_factor > 1 && size != 0 && next / o->step_factor != size))
+        return SIZE_MAX;
+    return next;
+}
+
+/* One type, op and root over every size: nccl-tests' TimeTest. */
+static int perf_time_test(struct perf_rank *pr, collDataType_t type, collRedOp_t op, int root)
+{
+    struct perf_run *run = pr->run;
+    const struct perf_opts *o = &run->opts;
+    struct perf_case c = {
+        .rank = pr->rank,
+        .nranks = pr->nranks,
+        .type = type,
+        .op = op,
+        .root = root,
+    };
+    const char *type_name = perf_type_info(type)->name;
+    const char *op_name = run->coll->has_op ? perf_op_names[op] : "none";
+
+    if (perf_barrier(pr) != 0)
+        return -1;
+    perf_set_size(pr, &c, o->max_bytes);
+    for (int i = 0; i < o->warmup; i++)
+        if (perf_start(pr, &c, false, i) != 0)
+            return -1;
+    perf_set_size(pr, &c, o->min_bytes);
+    for (int i = 0; i < o->warmup; i++)
+        if (perf_start(pr, &c, false, i) != 0)
+            return -1;
+
+    for (size_t size = o->min_bytes; size <= o->max_bytes; size = perf_next_size(o, size)) {
+        perf_set_size(pr, &c, size);
+        size_t elt = perf_type_size(type);
+        size_t shown = (c.lay.send_count > c.lay.recv_count ? c.lay.send_count : c.lay.recv_count) *
+                       elt;
+        struct perf_result oop;
+        struct perf_result ip;
+        if (pr->rank == 0)
+            printf("%12zu  %12zu  %8s  %6s  %6d", shown, c.lay.param_count, type_name, op_name,
+                   root);
+        if (perf_bench(pr, &c, false, &oop) != 0)
+            return -1;
+        if (pr->rank == 0)
+            perf_print_result(run, &oop);
+        if (perf_bench(pr, &c, true, &ip) != 0)
+            return -1;
+        if (pr->rank == 0) {
+            perf_print_result(run, &ip);
+            printf("\n");
+            perf_json_row(run, shown, c.lay.param_count, type_name, op_name, root, &oop, &ip);
+        }
+    }
+    return 0;
+}
+
+static int perf_run_all(struct perf_rank *pr)
+{
+    const struct perf_run *run = pr->run;
+    const struct perf_opts *o = &run->opts;
+    int type_lo = o->type < 0 ? 0 : o->type;
+    int type_hi = o->type < 0 ? collNumTypes - 1 : o->type;
+    int op_lo = collSum;
+    int op_hi = collSum;
+    if (run->coll->has_op) {
+        op_lo = o->op < 0 ? 0 : o->op;
+        op_hi = o->op < 0 ? collNumOps - 1 : o->op;
+    }
+    int root_lo = -1;
+    int root_hi = -1;
+    if (run->coll->has_root) {
+        root_lo = o->root < 0 ? 0 : o->root;
+        root_hi = o->root < 0 ? pr->nranks - 1 : o->root;
+    }
+    for (int t = type_lo; t <= type_hi; t++)
+        for (int op = op_lo; op <= op_hi; op++)
+            for (int root = root_lo; root <= root_hi; root++)
+                if (perf_time_test(pr, (collDataType_t)t, (collRedOp_t)op, root) != 0)
+                    return -1;
+    return 0;
+}
+
+static void *perf_alloc(size_t bytes)
+{
+    void *p = NULL;
+    if (posix_memalign(&p, PERF_ALIGN, bytes) != 0)
+        return NULL;
+    /* Touch every page now, so that the first timed calls do not pay for faults. */
+    memset(p, 0, bytes);
+    return p;
+}
+
+/* Everything after init.  Returns the exit status; a failed call sets poisoned. */
+static int perf_rank_work(struct perf_rank *pr)
+{
+    struct perf_run *run = pr->run;
+    const struct perf_opts *o = &run->opts;
+    PERF_TRY(pr, "collCommCount", collCommCount(pr->comm, &pr->nranks));
+    PERF_TRY(pr, "collCommUserRank", collCommUserRank(pr->comm, &pr->rank));
+    atomic_store(&pr->label, pr->rank);
+    if (run->coll->has_root && o->root >= pr->nranks) {
+        if (pr->rank == 0)
+            perf_usage_error("invalid value %d for -r (root): there are %d ranks", o->root,
+                             pr->nranks);
+        return PERF_EXIT_USAGE;
+    }
+
+    struct perf_peer mine = {.pid = (int32_t)getpid()};
+    snprintf(mine.host, sizeof mine.host, "%s", run->host);
+    snprintf(mine.cpu, sizeof mine.cpu, "%s", run->cpu);
+    struct perf_peer *peers = calloc((size_t)pr->nranks, sizeof *peers);
+    if (peers == NULL) {
+        fprintf(stderr, "%s: rank %d: out of memory\n", perf_tool, pr->rank);
+        pr->poisoned = true; /* the others wait in the allgather: abort */
+        return PERF_EXIT_FAIL;
+    }
+    int32_t failed = 0;
+    perf_busy(pr, "rank info (allgather)");
+    collResult_t res = collAllGather(&mine, peers, sizeof mine, collUint8, pr->comm, NULL);
+    perf_idle(pr);
+    if (res != collSuccess) {
+        perf_report(pr, "rank info (allgather)", res);
+        free(peers);
+        return PERF_EXIT_FAIL;
+    }
+
+    pr->buf_bytes = o->max_bytes > PERF_ALIGN ? o->max_bytes : PERF_ALIGN;
+    pr->sendbuf = perf_alloc(pr->buf_bytes);
+    pr->recvbuf = perf_alloc(pr->buf_bytes);
+    pr->expected = perf_alloc(pr->buf_bytes);
+    if (pr->sendbuf == NULL || pr->recvbuf == NULL || pr->expected == NULL) {
+        fprintf(stderr, "%s: rank %d: cannot allocate 3 buffers of %zu bytes\n", perf_tool,
+                pr->rank, pr->buf_bytes);
+        failed = 1;
+    }
+    if (pr->rank == 0 && o->json_path != NULL) {
+        run->json = fopen(o->json_path, "w");
+        if (run->json == NULL) {
+            fprintf(stderr, "%s: cannot open %s for writing: %s\n", perf_tool, o->json_path,
+                    strerror(errno));
+            failed = 1;
+        }
+    }
+    if (perf_agree(pr, &failed) != 0 || failed) {
+        free(peers);
+        return PERF_EXIT_FAIL;
+    }
+
+    if (pr->rank == 0)
+        perf_print_header(pr, peers);
+    free(peers);
+    if (perf_run_all(pr) != 0) {
+        if (pr->rank == 0)
+            printf("\n");
+        return PERF_EXIT_FAIL;
+    }
+
+    if (pr->rank == 0) {
+        double avg = run->bw_count ? run->bw_sum / run->bw_count : 0.0;
+        printf("# Out of bounds values : %d %s\n", pr->errors, pr->errors ? "FAILED" : "OK");
+        printf("# Avg bus bandwidth    : %g \n", avg);
+        printf("#\n");
+        if (run->json != NULL)
+            fprintf(run->json, "\n  ],\n  \"out_of_bounds\": %d,\n  \"avg_busbw\": %.6f\n}\n",
+                    pr->errors, perf_json_num(avg));
+    }
+    return pr->errors ? PERF_EXIT_FAIL : PERF_EXIT_OK;
+}
+
+static int perf_rank_main(struct perf_rank *pr)
+{
+    struct perf_run *run = pr->run;
+    const char *what = run->threads ? "collCommInitRank" : "collCommInitFromEnv";
+    perf_busy(pr, what);
+    collResult_t res = run->threads
+                           ? collCommInitRank(&pr->comm, run->nthreads, run->id, pr->index)
+                           : collCommInitFromEnv(&pr->comm);
+    perf_idle(pr);
+    if (res != collSuccess) {
+        fprintf(stderr, "%s: %s failed: %s: %s\n", perf_tool, what, collGetErrorString(res),
+                collGetLastError(NULL));
+        return PERF_EXIT_FAIL;
+    }
+
+    int status = perf_rank_work(pr);
+    if (pr->poisoned) {
+        /* Abort closes this rank's connections at once, so that ranks waiting on
+         * it fail now rather than at their deadline. */
+        collCommAbort(pr->comm);
+        status = PERF_EXIT_FAIL;
+    } else {
+        perf_busy(pr, "collCommDestroy");
+        res = collCommDestroy(pr->comm);
+        perf_idle(pr);
+        if (res != collSuccess) {
+            fprintf(stderr, "%s: rank %d: collCommDestroy failed: %s\n", perf_tool, pr->rank,
+                    collGetErrorString(res));
+            status = PERF_EXIT_FAIL;
+        }
+    }
+    free(pr->sendbuf);
+    free(pr->recvbuf);
+    free(pr->expected);
+    return status;
+}
+
+static void *perf_rank_thread(void *arg)
+{
+    struct perf_rank *pr = arg;
+    pr->status = perf_rank_main(pr);
+    return NULL;
+}
+
+/* True when an environment variable the library reads says there are several
+ * ranks, so that -t (which makes its own ranks) would clash with a launcher. */
+static const char *perf_launcher_size(void)
+{
+    static const char *const vars[] = {"COLL_NRANKS", "WORLD_SIZE", "OMPI_COMM_WORLD_SIZE",
+                                       "SLURM_NTASKS", "PMI_SIZE"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++) {
+        const char *v = getenv(vars[i]);
+        if (v != NULL && atoi(v) > 1)
+            return vars[i];
+    }
+    return NULL;
+}
+
+static bool perf_launched(void)
+{
+    static const char *const vars[] = {"COLL_RANK", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID",
+                                       "PMI_RANK"};
+    for (size_t i = 0; i < sizeof vars / sizeof vars[0]; i++)
+        if (getenv(vars[i]) != NULL)
+            return true;
+    return false;
+}
+
+int perf_main(int argc, char **argv, const struct perf_coll *coll)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    const char *slash = strrchr(argv[0], '/');
+    perf_tool = slash != NULL ? slash + 1 : argv[0];
+
+    struct perf_run *run = calloc(1, sizeof *run);
+    if (run == NULL) {
+        fprintf(stderr, "%s: out of memory\n", perf_tool);
+        return PERF_EXIT_FAIL;
+    }
+    run->coll = coll;
+    int status = perf_parse(argc, argv, &run->opts);
+    if (status >= 0) {
+        free(run);
+        return status;
+    }
+    const struct perf_opts *o = &run->opts;
+    if (o->algo != NULL)
+        setenv("COLL_ALGO", o->algo, 1);
+
+    if (o->nthreads > 0) {
+        const char *var = perf_launcher_size();
+        if (var != NULL) {
+            free(run);
+            return perf_usage_error("-t makes its own ranks and cannot run under a launcher "
+                                    "of several ranks (%s=%s)",
+                                    var, getenv(var));
+        }
+        run->threads = true;
+        run->nthreads = o->nthreads;
+    } else {
+        /* Without a launcher, run alone as a single rank, as nccl-tests does. */
+        run->threads = !perf_launched();
+        run->nthreads = 1;
+    }
+    perf_host_names(run);
+
+    status = PERF_EXIT_FAIL;
+    if (run->threads) {
+        collResult_t res = collGetUniqueId(&run->id);
+        if (res != collSuccess) {
+            fprintf(stderr, "%s: collGetUniqueId failed: %s: %s\n", perf_tool,
+                    collGetErrorString(res), collGetLastError(NULL));
+            free(run);
+            return PERF_EXIT_FAIL;
+        }
+    }
+    run->ranks = calloc((size_t)run->nthreads, sizeof *run->ranks);
+    if (run->ranks == NULL) {
+        fprintf(stderr, "%s: out of memory\n", perf_tool);
+        free(run);
+        return PERF_EXIT_FAIL;
+    }
+    for (int i = 0; i < run->nthreads; i++) {
+        struct perf_rank *pr = &run->ranks[i];
+        pr->run = run;
+        pr->index = i;
+        pr->rank = run->threads ? i : -1;
+        atomic_init(&pr->busy_since_ns, 0);
+        atomic_init(&pr->busy_what, "start");
+        atomic_init(&pr->label, pr->rank);
+    }
+    atomic_init(&run->stop, false);
+
+    pthread_t watchdog;
+    bool have_watchdog = false;
+    if (o->timeout_s > 0) {
+        if (pthread_create(&watchdog, NULL, perf_watchdog, run) != 0)
+            fprintf(stderr, "%s: cannot start the -T watchdog; running without it\n", perf_tool);
+        else
+            have_watchdog = true;
+    }
+
+    int started = 1;
+    for (; started < run->nthreads; started++) {
+        struct perf_rank *pr = &run->ranks[started];
+        if (pthread_create(&pr->thread, NULL, perf_rank_thread, pr) != 0) {
+            /* The ranks already started time out in init (COLL_TIMEOUT_MS). */
+            fprintf(stderr, "%s: cannot start thread %d of %d\n", perf_tool, started,
+                    run->nthreads);
+            break;
+        }
+    }
+    if (started == run->nthreads) {
+        perf_rank_thread(&run->ranks[0]);
+        status = run->ranks[0].status;
+    }
+    for (int i = 1; i < started; i++) {
+        pthread_join(run->ranks[i].thread, NULL);
+        if (run->ranks[i].status > status)
+            status = run->ranks[i].status;
+    }
+
+    if (have_watchdog) {
+        atomic_store(&run->stop, true);
+        pthread_join(watchdog, NULL);
+    }
+    if (run->json != NULL && fclose(run->json) != 0) {
+        fprintf(stderr, "%s: writing %s failed\n", perf_tool, o->json_path);
+        status = PERF_EXIT_FAIL;
+    }
+    free(run->ranks);
+    free(run);
+    return status;
+}

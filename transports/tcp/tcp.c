@@ -1,0 +1,488 @@
+/* TCP transport: any two ranks that can reach each other over IP.
+ *
+ * A connection is one direction between two ranks and uses nsocks sockets.  A
+ * message of n bytes is cut into nsocks contiguous parts, part p on socket p,
+ * when it is large enough to gain from it (both sides compute the same cut from
+ * n, so no header is sent); small messages travel whole on socket 0.  Each
+ * socket works through the connection's FIFO of requests on its own, so one slow
+ * socket does not stall the others.  All sockets are non-blocking; test() moves
+ * what the kernel takes without waiting, and the core polls the descriptors
+ * when nothing moves.
+ *
+ * Connection handshake, on each socket: {magic, secret, source rank, socket
+ * index, nsocks}.  The listener refuses a socket that does not show the secret.
+ */
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "socket.h"
+
+#define TCP_MAGIC 0x50435443u /* "CTCP" */
+#define TCP_MAX_SOCKS 16
+#define TCP_REQ_CAP 128          /* requests in flight per connection */
+#define TCP_MIN_PART (64 * 1024) /* below nsocks x this, a message uses one socket */
+#define TCP_MAX_PENDING 256
+
+struct tcp_handle {
+    uint32_t magic;
+    uint32_t nsocks;
+    uint32_t addrlen;
+    uint32_t pad;
+    union coll_sockaddr addr;
+};
+_Static_assert(sizeof(struct tcp_handle) <= COLL_TP_HANDLE_BYTES, "tcp handle too large");
+
+struct tcp_hello {
+    uint32_t magic;
+    uint8_t secret[COLL_SECRET_BYTES];
+    int32_t rank;
+    int32_t sock_idx;
+    int32_t nsocks;
+};
+
+struct tcp_ctx {
+    struct coll_comm *comm;
+    int nsocks;
+    int bufsize;
+};
+
+struct tcp_req {
+    struct coll_req base;
+    char *buf;
+    size_t size;
+    int parts_left;  /* sockets that have not finished their part */
+    bool done;
+    bool reported;   /* test() returned done: the slot may be reused */
+};
+
+struct tcp_conn {
+    struct coll_conn base;
+    struct tcp_ctx *ctx;
+    int nsocks;
+    uint64_t head, tail;             /* requests [head, tail) are in the FIFO */
+    uint64_t pos[TCP_MAX_SOCKS];     /* request each socket works on */
+    size_t off[TCP_MAX_SOCKS];       /* bytes of its part done */
+    struct tcp_req reqs[TCP_REQ_CAP];
+    collResult_t failed;             /* sticky error */
+};
+
+/* A socket accepted but not yet matched to a peer. */
+struct tcp_pending {
+    int fd;
+    size_t got;
+    struct tcp_hello hello;
+};
+
+struct tcp_listener {
+    struct coll_conn base;
+    struct tcp_ctx *ctx;
+    int lfd;
+    struct tcp_pending pend[TCP_MAX_PENDING];
+    int npend;
+    /* Sockets that passed the handshake, grouped per source rank until all
+     * nsocks of that rank have arrived. */
+    struct {
+        int fds[TCP_MAX_SOCKS];
+        int have;
+        int nsocks;
+    } *ready;
+    int nranks;
+};
+
+static collResult_t tcp_init(struct coll_comm *comm, void **ctx_p)
+{
+    struct tcp_ctx *ctx;
+    COLL_CHECK(coll_calloc(&ctx, 1));
+    ctx->comm = comm;
+    int64_t ns = coll_param_int(COLL_PARAM_NSOCKS_PERPEER);
+    if (ns < 0 || ns > TCP_MAX_SOCKS) {
+        COLL_WARN("COLL_NSOCKS_PERPEER=%lld is outside 0-%d; using 0 (automatic)",
+                  (long long)ns, TCP_MAX_SOCKS);
+        ns = 0;
+    }
+    ctx->nsocks = (int)ns;
+    int64_t bs = coll_param_int(COLL_PARAM_SOCKET_BUFSIZE);
+    ctx->bufsize = bs > 0 && bs < (1 << 30) ? (int)bs : 0;
+    *ctx_p = ctx;
+    return collSuccess;
+}
+
+static void tcp_fini(void *ctx)
+{
+    free(ctx);
+}
+
+static collResult_t tcp_can_connect(void *ctx, const struct coll_rank_info *peer, bool *ok_p)
+{
+    *ok_p = true; /* IP reaches everywhere the bootstrap did */
+    return collSuccess;
+}
+
+static void tcp_tune_socket(struct tcp_ctx *ctx, int fd)
+{
+    coll_socket_set_nodelay(fd);
+    if (ctx->bufsize > 0) {
+        (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &ctx->bufsize, sizeof(ctx->bufsize));
+        (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &ctx->bufsize, sizeof(ctx->bufsize));
+    }
+}
+
+static collResult_t tcp_listen(void *vctx, void *handle, struct coll_conn **lis_p)
+{
+    struct tcp_ctx *ctx = vctx;
+    struct coll_comm *comm = ctx->comm;
+    struct tcp_listener *lis;
+    struct tcp_handle h = {.magic = TCP_MAGIC};
+    socklen_t len;
+    char ifname[64];
+    /* The data interface follows the bootstrap's choice: the one that reaches
+     * the root, unless COLL_SOCKET_IFNAME says otherwise. */
+    COLL_CHECK(coll_socket_pick_addr((const struct sockaddr *)&comm->peers[comm->rank].info.boot_addr,
+                                     &h.addr, &len, ifname, sizeof(ifname)));
+    if (ctx->nsocks == 0)
+        ctx->nsocks = coll_socket_is_loopback((struct sockaddr *)&h.addr) ? 1 : 2;
+    COLL_CHECK(coll_calloc(&lis, 1));
+    COLL_CHECK(coll_calloc(&lis->ready, (size_t)comm->nranks));
+    lis->nranks = comm->nranks;
+    lis->ctx = ctx;
+    collResult_t res = coll_socket_listen(&h.addr, &len, &lis->lfd);
+    if (res != collSuccess) {
+        free(lis->ready);
+        free(lis);
+        return res;
+    }
+    h.addrlen = len;
+    h.nsocks = (uint32_t)ctx->nsocks;
+    memcpy(handle, &h, sizeof(h));
+    lis->base.tp = &coll_tcp_transport;
+    lis->base.peer = -1;
+    lis->base.nfds = 1;
+    lis->base.fds[0] = lis->lfd;
+    char a[COLL_ADDR_STRLEN];
+    COLL_INFO(COLL_SUBSYS_TCP, "listening on %s via %s, %d socket(s) per peer",
+              coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a)), ifname,
+              ctx->nsocks);
+    *lis_p = &lis->base;
+    return collSuccess;
+}
+
+static collResult_t tcp_conn_new(struct tcp_ctx *ctx, int peer, bool is_send, int nsocks,
+                                 const int *fds, struct coll_conn **conn_p)
+{
+    struct tcp_conn *c;
+    COLL_CHECK(coll_calloc(&c, 1));
+    c->ctx = ctx;
+    c->nsocks = nsocks;
+    c->base.tp = &coll_tcp_transport;
+    c->base.peer = peer;
+    c->base.is_send = is_send;
+    c->base.nfds = nsocks;
+    for (int i = 0; i < nsocks; i++) {
+        c->base.fds[i] = fds[i];
+        tcp_tune_socket(ctx, fds[i]);
+    }
+    *conn_p = &c->base;
+    return collSuccess;
+}
+
+static collResult_t tcp_connect(void *vctx, const void *handle, int peer,
+                                struct coll_conn **conn_p)
+{
+    struct tcp_ctx *ctx = vctx;
+    struct coll_comm *comm = ctx->comm;
+    struct tcp_handle h;
+    memcpy(&h, handle, sizeof(h));
+    if (h.magic != TCP_MAGIC || h.nsocks < 1 || h.nsocks > TCP_MAX_SOCKS) {
+        coll_set_error(comm, "tcp: rank %d published no usable tcp address", peer);
+        return collInternalError;
+    }
+    int fds[TCP_MAX_SOCKS];
+    int n = (int)h.nsocks; /* the receiver decides: it listens with its own count */
+    collResult_t res = collSuccess;
+    int i;
+    char a[COLL_ADDR_STRLEN];
+    for (i = 0; i < n; i++) {
+        res = coll_socket_connect((struct sockaddr *)&h.addr, h.addrlen, comm->deadline_ns,
+                                  &fds[i]);
+        if (res != collSuccess) {
+            coll_set_error(comm, "tcp: cannot connect to rank %d at %s (%.64s): %s", peer,
+                           coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a)),
+                           comm->peers[peer].info.host, strerror(errno));
+            break;
+        }
+        struct tcp_hello hello = {.magic = TCP_MAGIC, .rank = comm->rank, .sock_idx = i,
+                                  .nsocks = n};
+        memcpy(hello.secret, comm->secret, COLL_SECRET_BYTES);
+        int err;
+        res = coll_socket_send_all(fds[i], &hello, sizeof(hello), comm->deadline_ns, &err);
+        if (res != collSuccess) {
+            coll_set_error(comm, "tcp: handshake with rank %d at %s failed: %s", peer,
+                           coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a)),
+                           strerror(err));
+            close(fds[i]);
+            break;
+        }
+    }
+    if (res != collSuccess) {
+        while (i-- > 0)
+            close(fds[i]);
+        return res;
+    }
+    COLL_INFO(COLL_SUBSYS_TCP, "connected to rank %d at %s with %d socket(s)", peer,
+              coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a)), n);
+    res = tcp_conn_new(ctx, peer, true, n, fds, conn_p);
+    if (res != collSuccess)
+        for (i = 0; i < n; i++)
+            close(fds[i]);
+    return res;
+}
+
+static void tcp_listener_update_fds(struct tcp_listener *lis)
+{
+    lis->base.fds[0] = lis->lfd;
+    int n = 1;
+    for (int i = 0; i < lis->npend && n < COLL_CONN_MAX_FDS; i++)
+        lis->base.fds[n++] = lis->pend[i].fd;
+    lis->base.nfds = n;
+}
+
+static collResult_t tcp_accept(struct coll_conn *lbase, struct coll_conn **conn_p)
+{
+    struct tcp_listener *lis = coll_container_of(lbase, struct tcp_listener, base);
+    struct coll_comm *comm = lis->ctx->comm;
+    *conn_p = NULL;
+    for (;;) {
+        int fd = accept4(lis->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            break;
+        if (lis->npend == TCP_MAX_PENDING) {
+            close(fd);
+            continue;
+        }
+        lis->pend[lis->npend++] = (struct tcp_pending){.fd = fd};
+    }
+    for (int i = lis->npend - 1; i >= 0; i--) {
+        struct tcp_pending *p = &lis->pend[i];
+        ssize_t r = recv(p->fd, (char *)&p->hello + p->got, sizeof(p->hello) - p->got,
+                         MSG_DONTWAIT);
+        if (r > 0)
+            p->got += (size_t)r;
+        bool drop = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR);
+        if (p->got < sizeof(p->hello) && !drop)
+            continue;
+        struct tcp_hello h = p->hello;
+        int pfd = p->fd;
+        *p = lis->pend[--lis->npend];
+        if (!drop && (h.magic != TCP_MAGIC || memcmp(h.secret, comm->secret, COLL_SECRET_BYTES) ||
+                      h.rank < 0 || h.rank >= lis->nranks || h.nsocks < 1 ||
+                      h.nsocks > TCP_MAX_SOCKS || h.sock_idx < 0 || h.sock_idx >= h.nsocks)) {
+            COLL_WARN("tcp: refused a connection: it did not show the communicator's secret "
+                      "or a valid rank");
+            drop = true;
+        }
+        if (drop) {
+            close(pfd);
+            continue;
+        }
+        __typeof__(lis->ready[0]) *rd = &lis->ready[h.rank];
+        if (rd->have == 0) {
+            rd->nsocks = h.nsocks;
+            for (int k = 0; k < TCP_MAX_SOCKS; k++)
+                rd->fds[k] = -1;
+        }
+        if (h.nsocks != rd->nsocks || rd->fds[h.sock_idx] >= 0) {
+            COLL_WARN("tcp: rank %d sent an inconsistent handshake; dropped", h.rank);
+            close(pfd);
+            continue;
+        }
+        rd->fds[h.sock_idx] = pfd;
+        if (++rd->have == rd->nsocks) {
+            int nsocks = rd->nsocks;
+            int fds[TCP_MAX_SOCKS];
+            memcpy(fds, rd->fds, sizeof(fds));
+            rd->have = 0;
+            tcp_listener_update_fds(lis);
+            COLL_INFO(COLL_SUBSYS_TCP, "accepted rank %d with %d socket(s)", h.rank, nsocks);
+            return tcp_conn_new(lis->ctx, h.rank, false, nsocks, fds, conn_p);
+        }
+    }
+    tcp_listener_update_fds(lis);
+    return collSuccess;
+}
+
+/* The byte range of message size n that socket p carries. */
+static inline void tcp_part(const struct tcp_conn *c, size_t n, int p, size_t *off_p,
+                            size_t *len_p)
+{
+    int s = c->nsocks;
+    if (s == 1 || n < (size_t)s * TCP_MIN_PART) {
+        *off_p = 0;
+        *len_p = p == 0 ? n : 0;
+        return;
+    }
+    size_t base = n / (size_t)s, rem = n % (size_t)s;
+    *off_p = base * (size_t)p + ((size_t)p < rem ? (size_t)p : rem);
+    *len_p = base + ((size_t)p < rem ? 1 : 0);
+}
+
+/* Moves bytes on socket p until the kernel pushes back.  Returns false on error. */
+static bool tcp_progress_sock(struct tcp_conn *c, int p)
+{
+    int fd = c->base.fds[p];
+    while (c->pos[p] < c->tail) {
+        struct tcp_req *r = &c->reqs[c->pos[p] % TCP_REQ_CAP];
+        size_t poff, plen;
+        tcp_part(c, r->size, p, &poff, &plen);
+        while (c->off[p] < plen) {
+            char *at = r->buf + poff + c->off[p];
+            size_t want = plen - c->off[p];
+            ssize_t k = c->base.is_send ? send(fd, at, want, MSG_NOSIGNAL | MSG_DONTWAIT)
+                                        : recv(fd, at, want, MSG_DONTWAIT);
+            if (k > 0) {
+                c->off[p] += (size_t)k;
+                continue;
+            }
+            if (k == 0) { /* only recv returns 0: the peer closed */
+                c->base.err_no = 0;
+                c->failed = collRemoteError;
+                return false;
+            }
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return true;
+            if (errno == EINTR)
+                continue;
+            c->base.err_no = errno;
+            c->failed = (errno == EPIPE || errno == ECONNRESET || errno == ESHUTDOWN)
+                            ? collRemoteError
+                            : collSystemError;
+            return false;
+        }
+        c->off[p] = 0;
+        c->pos[p]++;
+        if (--r->parts_left == 0)
+            r->done = true;
+    }
+    return true;
+}
+
+static collResult_t tcp_post(struct coll_conn *base, void *buf, size_t n,
+                             struct coll_req **r_p)
+{
+    struct tcp_conn *c = coll_container_of(base, struct tcp_conn, base);
+    if (c->failed != collSuccess)
+        return c->failed;
+    if (c->tail - c->head == TCP_REQ_CAP) {
+        COLL_WARN("tcp: more than %d requests in flight to rank %d", TCP_REQ_CAP, base->peer);
+        return collInternalError;
+    }
+    struct tcp_req *r = &c->reqs[c->tail % TCP_REQ_CAP];
+    *r = (struct tcp_req){.base.conn = base, .buf = buf, .size = n, .parts_left = c->nsocks};
+    c->tail++;
+    /* Sockets with nothing to carry for this request finish their part now. */
+    for (int p = 0; p < c->nsocks; p++) {
+        if (c->pos[p] == c->tail - 1) {
+            size_t o, l;
+            tcp_part(c, n, p, &o, &l);
+            if (l == 0) {
+                c->pos[p]++;
+                r->parts_left--;
+            }
+        }
+    }
+    if (r->parts_left == 0)
+        r->done = true;
+    *r_p = &r->base;
+    return collSuccess;
+}
+
+static collResult_t tcp_isend(struct coll_conn *c, const void *buf, size_t n, void *mh,
+                              struct coll_req **r_p)
+{
+    return tcp_post(c, (void *)(uintptr_t)buf, n, r_p);
+}
+
+static collResult_t tcp_irecv(struct coll_conn *c, void *buf, size_t n, void *mh,
+                              struct coll_req **r_p)
+{
+    return tcp_post(c, buf, n, r_p);
+}
+
+static collResult_t tcp_test(struct coll_req *rbase, bool *done_p, size_t *n_p)
+{
+    struct tcp_req *r = coll_container_of(rbase, struct tcp_req, base);
+    struct tcp_conn *c = coll_container_of(rbase->conn, struct tcp_conn, base);
+    if (!r->done && c->failed == collSuccess) {
+        for (int p = 0; p < c->nsocks; p++) {
+            /* Sockets behind on earlier requests skip over parts of zero length
+             * as they reach them, in tcp_progress_sock. */
+            if (!tcp_progress_sock(c, p))
+                break;
+        }
+    }
+    if (!r->done) {
+        *done_p = false;
+        return c->failed;
+    }
+    *done_p = true;
+    if (n_p)
+        *n_p = r->size;
+    r->reported = true;
+    while (c->head < c->tail && c->reqs[c->head % TCP_REQ_CAP].reported)
+        c->head++;
+    return collSuccess;
+}
+
+static void tcp_shutdown(struct coll_conn *base)
+{
+    for (int i = 0; i < base->nfds; i++)
+        (void)shutdown(base->fds[i], SHUT_RDWR);
+}
+
+static collResult_t tcp_close(struct coll_conn *base)
+{
+    if (base == NULL)
+        return collSuccess;
+    if (base->peer < 0) {
+        struct tcp_listener *lis = coll_container_of(base, struct tcp_listener, base);
+        close(lis->lfd);
+        for (int i = 0; i < lis->npend; i++)
+            close(lis->pend[i].fd);
+        for (int k = 0; k < lis->nranks; k++)
+            for (int s = 0; s < lis->ready[k].have && s < TCP_MAX_SOCKS; s++)
+                if (lis->ready[k].fds[s] >= 0)
+                    close(lis->ready[k].fds[s]);
+        free(lis->ready);
+        free(lis);
+        return collSuccess;
+    }
+    struct tcp_conn *c = coll_container_of(base, struct tcp_conn, base);
+    for (int i = 0; i < c->nsocks; i++)
+        close(base->fds[i]);
+    free(c);
+    return collSuccess;
+}
+
+const struct coll_transport coll_tcp_transport = {
+    .abi = COLL_TRANSPORT_ABI,
+    .name = "tcp",
+    .caps = COLL_TP_CAP_HOST_MEM,
+    .init = tcp_init,
+    .fini = tcp_fini,
+    .can_connect = tcp_can_connect,
+    .listen = tcp_listen,
+    .connect = tcp_connect,
+    .accept = tcp_accept,
+    .isend = tcp_isend,
+    .irecv = tcp_irecv,
+    .test = tcp_test,
+    .shutdown = tcp_shutdown,
+    .close = tcp_close,
+};
