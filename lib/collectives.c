@@ -17,8 +17,10 @@ struct call_check {
     bool recv_optional;  /* recvbuff may be NULL (reduce off the root) */
     bool send_optional;  /* sendbuff may be NULL (broadcast off the root) */
     collDataType_t datatype;
-    int op;              /* -1: the call has no op */
-    int root;            /* -1: the call has no root */
+    bool has_op;
+    int op;
+    bool has_root;
+    int root;
     collStream_t stream;
 };
 
@@ -34,11 +36,11 @@ static collResult_t call_check(struct coll_comm *comm, const struct call_check *
                        collNumTypes);
         return collInvalidArgument;
     }
-    if (c->op != -1 && (unsigned)c->op >= collNumOps) {
+    if (c->has_op && (unsigned)c->op >= collNumOps) {
         coll_set_error(comm, "%s: op %d is out of range [0, %d)", c->fn, c->op, collNumOps);
         return collInvalidArgument;
     }
-    if (c->root != -1 && (c->root < 0 || c->root >= comm->nranks)) {
+    if (c->has_root && (c->root < 0 || c->root >= comm->nranks)) {
         coll_set_error(comm, "%s: root %d is out of range [0, %d)", c->fn, c->root,
                        comm->nranks);
         return collInvalidArgument;
@@ -89,7 +91,7 @@ COLL_API collResult_t collAllReduce(const void *sendbuff, void *recvbuff, size_t
 {
     struct call_check c = {.fn = "collAllReduce", .sendbuff = sendbuff, .recvbuff = recvbuff,
                            .send_elems = count, .recv_elems = count, .datatype = datatype,
-                           .op = (int)op, .root = -1, .stream = stream};
+                           .has_op = true, .op = (int)op, .stream = stream};
     COLL_CHECK(call_check(comm, &c, count, 1));
     struct coll_args a = {sendbuff, recvbuff, count, datatype, op, 0};
     return call_run(comm, COLL_FUNC_ALLREDUCE, &a);
@@ -102,7 +104,7 @@ COLL_API collResult_t collBroadcast(const void *sendbuff, void *recvbuff, size_t
     bool is_root = comm != NULL && comm->rank == root;
     struct call_check c = {.fn = "collBroadcast", .sendbuff = sendbuff, .recvbuff = recvbuff,
                            .send_elems = count, .recv_elems = count, .send_optional = !is_root,
-                           .datatype = datatype, .op = -1, .root = root, .stream = stream};
+                           .datatype = datatype, .has_root = true, .root = root, .stream = stream};
     COLL_CHECK(call_check(comm, &c, count, 1));
     struct coll_args a = {sendbuff, recvbuff, count, datatype, collSum, root};
     return call_run(comm, COLL_FUNC_BROADCAST, &a);
@@ -115,7 +117,7 @@ COLL_API collResult_t collReduce(const void *sendbuff, void *recvbuff, size_t co
     bool is_root = comm != NULL && comm->rank == root;
     struct call_check c = {.fn = "collReduce", .sendbuff = sendbuff, .recvbuff = recvbuff,
                            .send_elems = count, .recv_elems = count, .recv_optional = !is_root,
-                           .datatype = datatype, .op = (int)op, .root = root, .stream = stream};
+                           .datatype = datatype, .has_op = true, .op = (int)op, .has_root = true, .root = root, .stream = stream};
     COLL_CHECK(call_check(comm, &c, count, 1));
     struct coll_args a = {sendbuff, recvbuff, count, datatype, op, root};
     return call_run(comm, COLL_FUNC_REDUCE, &a);
@@ -128,7 +130,7 @@ COLL_API collResult_t collAllGather(const void *sendbuff, void *recvbuff, size_t
     size_t n = comm ? (size_t)comm->nranks : 1;
     struct call_check c = {.fn = "collAllGather", .sendbuff = sendbuff, .recvbuff = recvbuff,
                            .send_elems = sendcount, .recv_elems = sendcount,
-                           .datatype = datatype, .op = -1, .root = -1, .stream = stream};
+                           .datatype = datatype, .stream = stream};
     COLL_CHECK(call_check(comm, &c, sendcount, n));
     struct coll_args a = {sendbuff, recvbuff, sendcount, datatype, collSum, 0};
     return call_run(comm, COLL_FUNC_ALLGATHER, &a);
@@ -141,8 +143,8 @@ COLL_API collResult_t collReduceScatter(const void *sendbuff, void *recvbuff, si
     size_t n = comm ? (size_t)comm->nranks : 1;
     struct call_check c = {.fn = "collReduceScatter", .sendbuff = sendbuff,
                            .recvbuff = recvbuff, .send_elems = recvcount,
-                           .recv_elems = recvcount, .datatype = datatype, .op = (int)op,
-                           .root = -1, .stream = stream};
+                           .recv_elems = recvcount, .datatype = datatype, .has_op = true,
+                           .op = (int)op, .stream = stream};
     COLL_CHECK(call_check(comm, &c, recvcount, n));
     struct coll_args a = {sendbuff, recvbuff, recvcount, datatype, op, 0};
     return call_run(comm, COLL_FUNC_REDUCE_SCATTER, &a);

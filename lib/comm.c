@@ -261,7 +261,7 @@ COLL_API collResult_t collCommAbort(collComm_t comm)
 COLL_API collResult_t collCommGetAsyncError(collComm_t comm, collResult_t *asyncError)
 {
     if (comm == NULL || asyncError == NULL) {
-        coll_set_error(NULL, "collCommGetAsyncError: %s is NULL", comm ? "asyncError" : "comm");
+        coll_set_error(comm, "collCommGetAsyncError: %s is NULL", comm ? "asyncError" : "comm");
         return collInvalidArgument;
     }
     *asyncError = (collResult_t)atomic_load(&comm->async_error);
@@ -271,7 +271,7 @@ COLL_API collResult_t collCommGetAsyncError(collComm_t comm, collResult_t *async
 COLL_API collResult_t collCommCount(const collComm_t comm, int *count)
 {
     if (comm == NULL || count == NULL) {
-        coll_set_error(NULL, "collCommCount: %s is NULL", comm ? "count" : "comm");
+        coll_set_error(comm, "collCommCount: %s is NULL", comm ? "count" : "comm");
         return collInvalidArgument;
     }
     *count = comm->nranks;
@@ -281,7 +281,7 @@ COLL_API collResult_t collCommCount(const collComm_t comm, int *count)
 COLL_API collResult_t collCommUserRank(const collComm_t comm, int *rank)
 {
     if (comm == NULL || rank == NULL) {
-        coll_set_error(NULL, "collCommUserRank: %s is NULL", comm ? "rank" : "comm");
+        coll_set_error(comm, "collCommUserRank: %s is NULL", comm ? "rank" : "comm");
         return collInvalidArgument;
     }
     *rank = comm->rank;

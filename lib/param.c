@@ -34,8 +34,8 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                            "number of ranks, for collCommInitFromEnv"},
     [COLL_PARAM_SOCKET_IFNAME] = {"COLL_SOCKET_IFNAME", COLL_PARAM_TYPE_STR, NULL,
                                   "interfaces for TCP: prefixes, '^' excludes, '=' exact "
-                                  "(eth,ib / ^docker / =eth0); default: any but lo, "
-                                  "docker*, unless nothing else is up"},
+                                  "(eth,ib / ^docker / =eth0); default: the interface "
+                                  "that reaches the root, else any but lo and docker*"},
     [COLL_PARAM_SOCKET_FAMILY] = {"COLL_SOCKET_FAMILY", COLL_PARAM_TYPE_STR, NULL,
                                   "AF_INET or AF_INET6 to force an address family"},
     [COLL_PARAM_NSOCKS_PERPEER] = {"COLL_NSOCKS_PERPEER", COLL_PARAM_TYPE_INT, "0",

@@ -432,12 +432,14 @@ reduce_half_f16c(collRedOp_t op, uint16_t *dst, const uint16_t *a, const uint16_
         REDUCE_F16C_LOOP(_mm256_mul_ps(x, y));
         break;
     case collMax:
-        REDUCE_F16C_LOOP(_mm256_blendv_ps(
-            y, x, _mm256_or_ps(_mm256_cmp_ps(x, y, _CMP_GT_OQ), _mm256_cmp_ps(x, x, _CMP_UNORD_Q))));
+        REDUCE_F16C_LOOP(_mm256_blendv_ps(y, x,
+                                          _mm256_or_ps(_mm256_cmp_ps(x, y, _CMP_GT_OQ),
+                                                       _mm256_cmp_ps(x, x, _CMP_UNORD_Q))));
         break;
     case collMin:
-        REDUCE_F16C_LOOP(_mm256_blendv_ps(
-            y, x, _mm256_or_ps(_mm256_cmp_ps(x, y, _CMP_LT_OQ), _mm256_cmp_ps(x, x, _CMP_UNORD_Q))));
+        REDUCE_F16C_LOOP(_mm256_blendv_ps(y, x,
+                                          _mm256_or_ps(_mm256_cmp_ps(x, y, _CMP_LT_OQ),
+                                                       _mm256_cmp_ps(x, x, _CMP_UNORD_Q))));
         break;
     default:
         REDUCE_F16C_LOOP(_mm256_add_ps(x, y));

@@ -923,7 +923,7 @@ static int perf_combine_time(struct perf_rank *pr, double *sec)
 
 struct perf_peer {
     int32_t pid;
-    char host[60];
+    char host[64];
     char cpu[64];
 };
 
@@ -1316,8 +1316,10 @@ static int perf_rank_work(struct perf_rank *pr)
     }
 
     struct perf_peer mine = {.pid = (int32_t)getpid()};
-    snprintf(mine.host, sizeof mine.host, "%s", run->host);
-    snprintf(mine.cpu, sizeof mine.cpu, "%s", run->cpu);
+    static_assert(sizeof mine.host == sizeof run->host && sizeof mine.cpu == sizeof run->cpu,
+                  "names copied whole");
+    memcpy(mine.host, run->host, sizeof mine.host);
+    memcpy(mine.cpu, run->cpu, sizeof mine.cpu);
     struct perf_peer *peers = calloc((size_t)pr->nranks, sizeof *peers);
     if (peers == NULL) {
         fprintf(stderr, "%s: rank %d: out of memory\n", perf_tool, pr->rank);

@@ -76,6 +76,23 @@ int main(void)
     CHECK(!coll_socket_ifname_match("^=eth0", "eth0"));
     CHECK(coll_socket_ifname_match("^=eth0", "eth01"));
 
+    /* docs/env.md documents every row of the table. */
+    const char *root = getenv("COLL_SOURCE_ROOT");
+    if (root != NULL) {
+        char path[1024];
+        snprintf(path, sizeof(path), "%s/docs/env.md", root);
+        FILE *f = fopen(path, "r");
+        CHECK_MSG(f != NULL, "cannot open %s", path);
+        if (f != NULL) {
+            static char doc[1 << 16];
+            size_t len = fread(doc, 1, sizeof(doc) - 1, f);
+            doc[len] = '\0';
+            fclose(f);
+            for (int i = 0; i < n; i++)
+                CHECK_MSG(strstr(doc, t[i].name) != NULL, "docs/env.md misses %s", t[i].name);
+        }
+    }
+
     int version = 0;
     CHECK(collGetVersion(&version) == collSuccess && version == COLL_VERSION_CODE);
     CHECK(collGetVersion(NULL) == collInvalidArgument);

@@ -179,8 +179,9 @@ static void ref_reduce(collRedOp_t op, collDataType_t t, void *dst, const void *
             break;
         case collFloat16:
             STORE(uint16_t, dst, i,
-                  coll_float_to_half((float)ref_float_op(op, coll_half_to_float(LOAD(uint16_t, a, i)),
-                                                         coll_half_to_float(LOAD(uint16_t, b, i)))));
+                  coll_float_to_half((float)ref_float_op(
+                      op, coll_half_to_float(LOAD(uint16_t, a, i)),
+                      coll_half_to_float(LOAD(uint16_t, b, i)))));
             break;
         case collFloat32:
             STORE(float, dst, i, (float)ref_float_op(op, LOAD(float, a, i), LOAD(float, b, i)));
@@ -190,8 +191,9 @@ static void ref_reduce(collRedOp_t op, collDataType_t t, void *dst, const void *
             break;
         case collBfloat16:
             STORE(uint16_t, dst, i,
-                  coll_float_to_bf16((float)ref_float_op(op, coll_bf16_to_float(LOAD(uint16_t, a, i)),
-                                                         coll_bf16_to_float(LOAD(uint16_t, b, i)))));
+                  coll_float_to_bf16((float)ref_float_op(
+                      op, coll_bf16_to_float(LOAD(uint16_t, a, i)),
+                      coll_bf16_to_float(LOAD(uint16_t, b, i)))));
             break;
         default:
             REQUIRE(!"bad type");
