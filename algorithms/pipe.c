@@ -18,7 +18,8 @@ collResult_t coll_pipe_run(struct coll_pipe *p)
         window = COLL_PIPE_MAX_WINDOW;
     size_t send_total = p->send_conn ? total : 0;
     size_t recv_total = p->recv_conn ? total : 0;
-    struct coll_wait w = {0};
+    struct coll_wait w;
+    coll_exec_wait_init(comm, &w, p->piece_bytes);
 
     while (sd < send_total || rd < recv_total) {
         bool moved = false;

@@ -187,6 +187,9 @@ static collResult_t ring_run(struct ring_ctx *x, int nsteps)
                           .window = x->slots ? x->nslots : 8, .ctx = x,
                           .send_buf = ring_send_buf, .recv_buf = ring_recv_buf,
                           .process = ring_process};
+    size_t off0, len0;
+    ring_seg(x, 0, &off0, &len0);
+    p.piece_bytes = (len0 + x->K - 1) / x->K * x->esize;
     COLL_CHECK(ring_conns(x->comm, &p.send_conn, &p.recv_conn));
     return coll_pipe_run(&p);
 }
@@ -323,7 +326,8 @@ static collResult_t ring_broadcast(struct coll_comm *comm, const struct coll_arg
     x.K = coll_slices(a->count, ring_slice_elems(comm, esize));
     struct coll_pipe p = {.comm = comm, .total = x.K, .send_after_recv = pos > 0, .send_lag = 0,
                           .window = 8, .ctx = &x, .send_buf = bcast_send_buf,
-                          .recv_buf = bcast_recv_buf};
+                          .recv_buf = bcast_recv_buf,
+                          .piece_bytes = (a->count + x.K - 1) / x.K * esize};
     int prev, next;
     coll_ring_neighbors(comm->rank, n, &prev, &next);
     if (pos < n - 1)
@@ -387,7 +391,8 @@ static collResult_t ring_reduce(struct coll_comm *comm, const struct coll_args *
     struct coll_pipe p = {.comm = comm, .total = x.K, .send_after_recv = !x.is_first,
                           .send_lag = 0, .recv_lag = is_root ? 0 : x.nslots,
                           .window = x.nslots, .ctx = &x, .send_buf = reduce_send_buf,
-                          .recv_buf = reduce_recv_buf, .process = reduce_process};
+                          .recv_buf = reduce_recv_buf, .process = reduce_process,
+                          .piece_bytes = x.slot_bytes};
     int prev, next;
     coll_ring_neighbors(comm->rank, n, &prev, &next);
     if (!is_root)

@@ -91,6 +91,14 @@ collResult_t coll_exec_test(struct coll_comm *comm, struct coll_req **r_p, bool 
     return collSuccess;
 }
 
+#define EXEC_SPIN_MAX_BYTES (32 * 1024)
+
+void coll_exec_wait_init(const struct coll_comm *comm, struct coll_wait *w, size_t bytes)
+{
+    w->idle_since = 0;
+    w->spin_ns = comm->spin_yield && bytes > EXEC_SPIN_MAX_BYTES ? 0 : comm->spin_ns;
+}
+
 collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
                             struct coll_req *const *reqs, int nreqs)
 {
@@ -116,7 +124,7 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         coll_comm_poison(comm, collTimeout);
         return collTimeout;
     }
-    if (now - w->idle_since < comm->spin_ns) {
+    if (now - w->idle_since < w->spin_ns) {
         if (comm->spin_yield)
             sched_yield();
         return collSuccess;

@@ -8,7 +8,13 @@
 /* Waiting state of one operation: spin first, then block in poll(). */
 struct coll_wait {
     int64_t idle_since; /* 0: something moved since the last idle call */
+    int64_t spin_ns;    /* how long to poll before blocking */
 };
+
+/* Prepares a wait for pieces of up to `bytes`.  With more ranks than cores, a
+ * large piece takes long enough to arrive that spinning only steals the core
+ * from the rank that would send it, so such waits block at once. */
+void coll_exec_wait_init(const struct coll_comm *comm, struct coll_wait *w, size_t bytes);
 
 /* Starts an operation: sets its deadline and name for messages. */
 void coll_exec_begin(struct coll_comm *comm, const char *op_name);
