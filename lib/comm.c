@@ -115,15 +115,20 @@ static void comm_tune(struct coll_comm *comm)
         local += comm->peers[k].info.host_hash == me;
     int cores = get_nprocs();
     int64_t spin = coll_param_int(COLL_PARAM_SPIN_US);
+    /* Spinning always yields: sched_yield costs little when the core is ours,
+     * and when another process shares it (a busy machine) it lets that process,
+     * maybe the peer we wait for, run at once. */
     if (spin >= 0) {
         comm->spin_ns = spin * 1000;
-        comm->spin_yield = local > cores;
+        comm->spin_yield = true;
+        comm->oversubscribed = local > cores;
     } else if (local <= cores) {
         comm->spin_ns = 200 * 1000; /* a core each: spinning is cheapest */
-        comm->spin_yield = false;
-    } else {
-        comm->spin_ns = 50 * 1000;  /* oversubscribed: spin, but hand the core over */
         comm->spin_yield = true;
+    } else {
+        comm->spin_ns = 50 * 1000;  /* oversubscribed: spin briefly */
+        comm->spin_yield = true;
+        comm->oversubscribed = true;
     }
     int64_t small = coll_param_int(COLL_PARAM_SMALL_BYTES);
     if (small >= 0)
@@ -133,7 +138,7 @@ static void comm_tune(struct coll_comm *comm)
     COLL_INFO(COLL_SUBSYS_INIT, "rank %d/%d: %d rank(s) on this host, %d core(s); slice %zu B, "
               "depth %d, spin %lld us%s, gather-reduce up to %zu B", comm->rank, comm->nranks,
               local, cores, comm->chunk_bytes, comm->depth, (long long)(comm->spin_ns / 1000),
-              comm->spin_yield ? " yielding" : "", comm->small_bytes);
+              comm->oversubscribed ? " oversubscribed" : "", comm->small_bytes);
 }
 
 static void comm_free(struct coll_comm *comm)

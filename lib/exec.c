@@ -96,7 +96,7 @@ collResult_t coll_exec_test(struct coll_comm *comm, struct coll_req **r_p, bool 
 void coll_exec_wait_init(const struct coll_comm *comm, struct coll_wait *w, size_t bytes)
 {
     w->idle_since = 0;
-    w->spin_ns = comm->spin_yield && bytes > EXEC_SPIN_MAX_BYTES ? 0 : comm->spin_ns;
+    w->spin_ns = comm->oversubscribed && bytes > EXEC_SPIN_MAX_BYTES ? 0 : comm->spin_ns;
 }
 
 collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,

@@ -60,7 +60,8 @@ struct coll_comm {
     size_t chunk_bytes;            /* pipelined slice */
     int depth;                     /* slices in flight per connection */
     int64_t spin_ns;               /* busy-poll this long before blocking */
-    bool spin_yield;               /* yield the core while spinning (oversubscribed) */
+    bool spin_yield;               /* yield the core while spinning */
+    bool oversubscribed;           /* more ranks on this host than cores */
     size_t small_bytes;
 
     _Atomic int async_error;       /* collResult_t that poisoned the comm */

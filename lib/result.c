@@ -7,8 +7,7 @@ static const char *const result_msgs[] = {
     [collSuccess] = "no error",
     [collUnhandledCudaError] = "unhandled cuda error (run with COLL_DEBUG=INFO for details)",
     [collSystemError] = "unhandled system error (run with COLL_DEBUG=INFO for details)",
-    [collInternalError] = "internal error - please report this issue to the libcollective "
-                          "developers",
+    [collInternalError] = "internal error - please report it to the libcollective developers",
     [collInvalidArgument] = "invalid argument (run with COLL_DEBUG=WARN for details)",
     [collInvalidUsage] = "invalid usage (run with COLL_DEBUG=WARN for details)",
     [collRemoteError] = "remote process exited or there was a network error",
