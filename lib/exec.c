@@ -136,6 +136,8 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         const struct coll_conn *c = reqs[i] ? reqs[i]->conn : NULL;
         if (c == NULL)
             continue;
+        if (c->tp->wait_prepare != NULL)
+            c->tp->wait_prepare(reqs[i]);
         for (int k = 0; k < c->nfds && n < 64; k++)
             pfds[n++] = (struct pollfd){.fd = c->fds[k], .events = c->is_send ? POLLOUT : POLLIN};
     }

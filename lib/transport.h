@@ -67,6 +67,9 @@ struct coll_transport {
     /* Makes progress; *done_p true when r completed (r is then released) with
      * *n_p bytes. */
     collResult_t (*test)(struct coll_req *r, bool *done_p, size_t *n_p);
+    /* Optional: called before the core blocks in poll() on r's descriptors, so the
+     * transport can ask the kernel to wake it only once enough has arrived. */
+    void (*wait_prepare)(struct coll_req *r);
     /* Makes any pending receive or send fail at once (abort, poisoning); safe to
      * call from another thread while the connection is in use. */
     void (*shutdown)(struct coll_conn *c);

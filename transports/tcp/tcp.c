@@ -71,6 +71,7 @@ struct tcp_conn {
     uint64_t pos[TCP_MAX_SOCKS];     /* request each socket works on */
     size_t off[TCP_MAX_SOCKS];       /* bytes of its part done */
     struct tcp_req reqs[TCP_REQ_CAP];
+    int lowat[TCP_MAX_SOCKS];        /* SO_RCVLOWAT set on each socket */
     collResult_t failed;             /* sticky error */
 };
 
@@ -186,6 +187,7 @@ static collResult_t tcp_conn_new(struct tcp_ctx *ctx, int peer, bool is_send, in
     c->base.is_send = is_send;
     c->base.nfds = nsocks;
     for (int i = 0; i < nsocks; i++) {
+        c->lowat[i] = 1;
         c->base.fds[i] = fds[i];
         tcp_tune_socket(ctx, fds[i]);
     }
@@ -440,6 +442,33 @@ static collResult_t tcp_test(struct coll_req *rbase, bool *done_p, size_t *n_p)
     return collSuccess;
 }
 
+/* The largest wake-up threshold: a reader blocked in poll() is woken once this
+ * much of what it waits for has arrived, instead of at every segment.  With more
+ * ranks than cores every wake-up is a context switch, so fewer and larger reads
+ * leave more of the cores to copying. */
+#define TCP_RCVLOWAT_MAX (256 * 1024)
+
+static void tcp_wait_prepare(struct coll_req *rbase)
+{
+    struct tcp_conn *c = coll_container_of(rbase->conn, struct tcp_conn, base);
+    if (c->base.is_send)
+        return;
+    for (int p = 0; p < c->nsocks; p++) {
+        int want = 1;
+        if (c->pos[p] < c->tail) {
+            struct tcp_req *r = &c->reqs[c->pos[p] % TCP_REQ_CAP];
+            size_t poff, plen;
+            tcp_part(c, r->size, p, &poff, &plen);
+            size_t left = plen - c->off[p];
+            want = left > TCP_RCVLOWAT_MAX ? TCP_RCVLOWAT_MAX : (int)(left ? left : 1);
+        }
+        if (want != c->lowat[p]) {
+            (void)setsockopt(c->base.fds[p], SOL_SOCKET, SO_RCVLOWAT, &want, sizeof(want));
+            c->lowat[p] = want;
+        }
+    }
+}
+
 static void tcp_shutdown(struct coll_conn *base)
 {
     for (int i = 0; i < base->nfds; i++)
@@ -483,6 +512,7 @@ const struct coll_transport coll_tcp_transport = {
     .isend = tcp_isend,
     .irecv = tcp_irecv,
     .test = tcp_test,
+    .wait_prepare = tcp_wait_prepare,
     .shutdown = tcp_shutdown,
     .close = tcp_close,
 };
