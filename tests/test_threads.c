@@ -23,7 +23,7 @@
 
 #include "launch.h"
 
-#define ITERS 60
+#define ITERS 300
 #define MAX_COMMS 2
 
 static const size_t sizes[] = {1, 7, 1000, 65536 + 5, 262147};
