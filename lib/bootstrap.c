@@ -78,6 +78,20 @@ static void root_reply_error(int fd, collResult_t status, const char *msg)
     (void)coll_socket_send_all(fd, &rep, sizeof(rep), coll_now_ns() + 1000000000LL, &err);
 }
 
+/* Sends the error to every registered rank and forgets them.  Rank 0 is answered
+ * last: with COLL_COMM_ID the root runs inside rank 0's process, which may exit as
+ * soon as it has its answer, and the others' answers must be on their way by then. */
+static void root_fail_all(int *fds, int nranks, collResult_t status, const char *msg)
+{
+    for (int k = nranks - 1; fds != NULL && k >= 0; k--) {
+        if (fds[k] >= 0) {
+            root_reply_error(fds[k], status, msg);
+            close(fds[k]);
+            fds[k] = -1;
+        }
+    }
+}
+
 /* Serves one communicator, then returns. */
 static void root_serve(struct root_state *st)
 {
@@ -101,6 +115,7 @@ static void root_serve(struct root_state *st)
         if (now >= deadline)
             break;
         int64_t wait_ms = deadline == INT64_MAX ? 1000 : (deadline - now) / 1000000 + 1;
+        int npolled = npend; /* entries accepted below have no poll result yet */
         int pr = poll(pfds, (nfds_t)npend + 1, wait_ms > 1000 ? 1000 : (int)wait_ms);
         if (pr < 0 && errno != EINTR)
             break;
@@ -116,7 +131,7 @@ static void root_serve(struct root_state *st)
                 close(fd);
             }
         }
-        for (int i = npend - 1; i >= 0; i--) {
+        for (int i = npolled - 1; i >= 0; i--) {
             if (!(pfds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
                 continue;
             struct root_client *c = &pend[i];
@@ -179,13 +194,7 @@ static void root_serve(struct root_state *st)
                 COLL_WARN("bootstrap root %s: %s", st->addr, fail_msg);
                 root_reply_error(fd, failed, fail_msg);
                 close(fd);
-                for (int k = 0; fds != NULL && k < nranks; k++) {
-                    if (fds[k] >= 0) {
-                        root_reply_error(fds[k], failed, fail_msg);
-                        close(fds[k]);
-                        fds[k] = -1;
-                    }
-                }
+                root_fail_all(fds, nranks, failed, fail_msg);
                 continue;
             }
             fds[reg.rank] = fd;
@@ -195,7 +204,7 @@ static void root_serve(struct root_state *st)
                 continue;
             /* Everyone is here: send the table to all and finish. */
             struct boot_reply ok = {.magic = BOOT_MAGIC, .status = collSuccess};
-            for (int k = 0; k < nranks; k++) {
+            for (int k = nranks - 1; k >= 0; k--) {
                 int err;
                 int64_t dl = coll_now_ns() + timeout_ns;
                 if (coll_socket_send_all(fds[k], &ok, sizeof(ok), dl, &err) != collSuccess ||
@@ -218,12 +227,7 @@ static void root_serve(struct root_state *st)
             if (fds[k] < 0)
                 o += snprintf(msg + o, sizeof(msg) - (size_t)o, " %d", k);
         COLL_WARN("bootstrap root %s: %s", st->addr, msg);
-        for (int k = 0; k < nranks; k++)
-            if (fds[k] >= 0) {
-                root_reply_error(fds[k], collTimeout, msg);
-                close(fds[k]);
-                fds[k] = -1;
-            }
+        root_fail_all(fds, nranks, collTimeout, msg);
     }
 out:
     for (int i = 0; i < npend; i++)
@@ -441,14 +445,20 @@ collResult_t coll_bootstrap_prepare(struct coll_comm *comm, const struct coll_id
 {
     memcpy(comm->secret, id->secret, COLL_SECRET_BYTES);
     if (id->root_is_rank0 && comm->rank == 0) {
-        /* Serve the root on the given port, on every address of this host. */
+        /* Serve the root on the given address; when that address is not one of
+         * this host's (a name behind NAT, a load balancer), on every address. */
         union coll_sockaddr ss = id->addr;
         socklen_t len = id->addrlen;
-        if (ss.sa.sa_family == AF_INET)
-            ((struct sockaddr_in *)&ss)->sin_addr.s_addr = htonl(INADDR_ANY);
-        else
-            ((struct sockaddr_in6 *)&ss)->sin6_addr = in6addr_any;
         collResult_t res = root_start(&ss, &len, id->secret);
+        if (res != collSuccess && errno == EADDRNOTAVAIL) {
+            ss = id->addr;
+            len = id->addrlen;
+            if (ss.sa.sa_family == AF_INET)
+                ss.in.sin_addr.s_addr = htonl(INADDR_ANY);
+            else
+                ss.in6.sin6_addr = in6addr_any;
+            res = root_start(&ss, &len, id->secret);
+        }
         if (res != collSuccess) {
             char a[COLL_ADDR_STRLEN];
             coll_set_error(comm, "bootstrap: rank 0 cannot serve the root on %s: %s",

@@ -73,12 +73,13 @@ best() { # name n size -> best busbw over the reps
     local log="$OUT/$1.n$2.$3.log" b
     b=$(bytes_of "$3")
     [ -f "$log" ] || { echo "-"; return; }
-    awk -v s="$b" '$1 == s {if ($8 > m) m = $8} END {if (m == "") print "-"; else print m}' "$log"
+    awk -v s="$b" 'BEGIN {m = -1} $1 == s {if ($8 + 0 > m) m = $8 + 0}
+        END {if (m < 0) print "-"; else printf "%.2f", m}' "$log"
 }
 besttime() { # lowest time (us) over the reps
     local log="$OUT/$1.n$2.$3.log" b
     b=$(bytes_of "$3")
-    awk -v s="$b" '$1 == s {if (m == "" || $6 < m) m = $6} END {if (m == "") print "-"; else print m}' "$log"
+    awk -v s="$b" '$1 == s {if (m == "" || $6 + 0 < m) m = $6 + 0} END {if (m == "") print "-"; else print m}' "$log"
 }
 
 echo

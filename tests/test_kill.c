@@ -45,14 +45,14 @@
 /* Exit codes of a survivor: what went wrong first. */
 enum kill_exit {
     EXIT_OK = 0,
-    EXIT_INIT = 10,      /* the communicator did not form */
-    EXIT_NO_ERROR = 11,  /* the loop ended without an error */
-    EXIT_WRONG_KIND = 12, /* an error other than remote, system or timeout */
-    EXIT_TOO_LATE = 13,  /* the failing call took longer than timeout + slack */
-    EXIT_NO_MESSAGE = 14, /* collGetLastError was empty */
+    EXIT_INIT = 10,         /* the communicator did not form */
+    EXIT_NO_ERROR = 11,     /* the loop ended without an error */
+    EXIT_WRONG_KIND = 12,   /* an error other than remote, system or timeout */
+    EXIT_TOO_LATE = 13,     /* the failing call took longer than timeout + slack */
+    EXIT_NO_MESSAGE = 14,   /* collGetLastError was empty */
     EXIT_NOT_POISONED = 15, /* a later call succeeded, or took long to fail */
     EXIT_SLOW_DESTROY = 16, /* collCommDestroy took over 5 s */
-    EXIT_WRONG_DATA = 17, /* an allreduce before the death gave a wrong sum */
+    EXIT_WRONG_DATA = 17,   /* an allreduce before the death gave a wrong sum */
 };
 
 struct kill_record {
@@ -141,7 +141,8 @@ static int rank_main(int rank, const char *comm_id, int wfd)
     rec.call_s = rec.t_error - t0;
     rec.iterations = it;
     rec.result = r;
-    snprintf(rec.msg, sizeof(rec.msg), "%s", collGetLastError(comm) ? collGetLastError(comm) : "");
+    const char *last = collGetLastError(comm);
+    snprintf(rec.msg, sizeof(rec.msg), "%s", last ? last : "");
     fprintf(stderr, "[rank %d] after %d allreduces: %s in %.2f s: %s\n", rank, it,
             collGetErrorString(r), rec.call_s, rec.msg);
 
@@ -328,12 +329,17 @@ int main(int argc, char **argv)
             continue;
         }
         const struct kill_record *rec = &recs[r];
+        /* The parent sees the death up to one poll (10 ms) late, so a survivor can
+         * seem to learn of it a little before it happened. */
         double after_death = t_kill > 0 ? rec->t_error - t_kill : -1;
+        if (t_kill > 0 && after_death < 0)
+            after_death = 0;
         printf("rank %d: %s after %d allreduces, %.2f s after the death (call %.2f s); "
-               "then %s in %.3f s, async %s, destroy %.3f s: %s\n",
+               "then %s in %.3f s, async %s, destroy %s in %.3f s: %s\n",
                r, collGetErrorString((collResult_t)rec->result), rec->iterations, after_death,
                rec->call_s, collGetErrorString((collResult_t)rec->later_result), rec->later_s,
-               collGetErrorString((collResult_t)rec->async_result), rec->destroy_s, rec->msg);
+               collGetErrorString((collResult_t)rec->async_result),
+               collGetErrorString((collResult_t)rec->destroy_result), rec->destroy_s, rec->msg);
         if (after_death > TIMEOUT_MS / 1000.0 + SLACK_S) {
             fprintf(stderr, "FAIL: rank %d learned of the death after %.2f s\n", r,
                     after_death);
