@@ -17,9 +17,9 @@
  *   rank 2: a2 b2 c2    sends c2 ->0      b1+b2 ->0
  *   after step 1: rank 0 owns b (b1+b2+b0), rank 1 owns c, rank 2 owns a.
  *
- * Small messages (<= comm->small_bytes): every rank gathers all n buffers around
- * the ring (n-1 steps) and reduces them locally in rank order, halving the
- * number of hops.  Every rank reduces the same data in the same order, so the
+ * Small messages (<= comm->small_bytes): every rank gathers all n buffers with
+ * Bruck's allgather (ceil(log2 n) hops, bruck.c) and reduces them locally in rank
+ * order.  Every rank reduces the same data in the same order, so the
  * results are bitwise identical.
  *
  * ReduceScatter: the reduce-scatter half, rotated so rank r ends with block r;
@@ -36,6 +36,7 @@
 #include <string.h>
 
 #include "algo.h"
+#include "bruck.h"
 #include "exec.h"
 #include "pattern.h"
 #include "pipe.h"
@@ -216,17 +217,21 @@ static collResult_t ring_allgather(struct coll_comm *comm, const struct coll_arg
     return ring_allgather_impl(comm, a->sendbuf, a->recvbuf, a->count, a->dtype);
 }
 
-/* Gathers every rank's buffer, then reduces locally in rank order. */
+/* Gathers every rank's buffer (Bruck, ceil(log2 n) hops), then reduces locally
+ * in rank order, so every rank computes the same thing. */
 static collResult_t ring_allreduce_small(struct coll_comm *comm, const struct coll_args *a)
 {
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
-    int n = comm->nranks;
+    int n = comm->nranks, r = comm->rank;
     char *all;
     COLL_CHECK(coll_comm_scratch(comm, bytes * (size_t)n, (void **)&all));
-    COLL_CHECK(ring_allgather_impl(comm, a->sendbuf, all, a->count, a->dtype));
-    coll_reduce(a->op, a->dtype, a->recvbuf, all, all + bytes, a->count);
+    COLL_CHECK(coll_bruck_allgather(comm, a->sendbuf, all, bytes));
+    /* all holds rank (r + p) mod n at position p. */
+#define BLOCK(j) (all + (size_t)coll_mod((long)(j) - r, n) * bytes)
+    coll_reduce(a->op, a->dtype, a->recvbuf, BLOCK(0), BLOCK(1), a->count);
     for (int j = 2; j < n; j++)
-        coll_reduce(a->op, a->dtype, a->recvbuf, a->recvbuf, all + (size_t)j * bytes, a->count);
+        coll_reduce(a->op, a->dtype, a->recvbuf, a->recvbuf, BLOCK(j), a->count);
+#undef BLOCK
     if (a->op == collAvg)
         coll_reduce_div(a->dtype, a->recvbuf, a->recvbuf, a->count, n);
     return collSuccess;
