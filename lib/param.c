@@ -42,15 +42,16 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                                    "TCP sockets per peer and direction (1-16); 0 picks by "
                                    "the interface: 1 on loopback, 2 otherwise"},
     [COLL_PARAM_SOCKET_BUFSIZE] = {"COLL_SOCKET_BUFSIZE", COLL_PARAM_TYPE_SIZE, "0",
-                                   "SO_SNDBUF/SO_RCVBUF of data sockets; 0 leaves the "
-                                   "kernel's autotuning"},
+                                   "SO_SNDBUF/SO_RCVBUF of data sockets; 0: 512 KiB on "
+                                   "loopback, the kernel's autotuning otherwise"},
     [COLL_PARAM_TRANSPORTS] = {"COLL_TRANSPORTS", COLL_PARAM_TYPE_STR, NULL,
                                "transports to use, in order (tcp); ^ excludes"},
     [COLL_PARAM_ALGO] = {"COLL_ALGO", COLL_PARAM_TYPE_STR, NULL,
                          "algorithm override: ring, or allreduce:ring;broadcast:ring; ^ "
                          "excludes"},
     [COLL_PARAM_CHUNKSIZE] = {"COLL_CHUNKSIZE", COLL_PARAM_TYPE_SIZE, "0",
-                              "bytes per pipelined slice; 0 lets the plan choose"},
+                              "bytes per pipelined slice; 0: 512 KiB, or 32 KiB when the host "
+                              "has more ranks than cores"},
     [COLL_PARAM_BUFFSIZE] = {"COLL_BUFFSIZE", COLL_PARAM_TYPE_SIZE, "0",
                              "bytes of staging per connection (slices in flight x slice); "
                              "0 lets the plan choose"},
@@ -58,8 +59,9 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                             "microseconds a wait polls without sleeping before it blocks "
                             "in poll(); -1 picks by load (more ranks than cores: less)"},
     [COLL_PARAM_SMALL_BYTES] = {"COLL_SMALL_BYTES", COLL_PARAM_TYPE_SIZE, "-1",
-                                "allreduce up to this many bytes gathers whole buffers and "
-                                "reduces locally (fewer steps); -1 picks by nranks"},
+                                "allreduce up to this many bytes gathers whole buffers (Bruck) "
+                                "and reduces locally; -1: 256 KiB for 2 ranks, 32 KiB up to 8, "
+                                "256 KiB / n beyond"},
 };
 
 static pthread_once_t param_once = PTHREAD_ONCE_INIT;
