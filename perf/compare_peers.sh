@@ -15,6 +15,7 @@ REPS=${REPS:-3}
 PEERS=${PEERS:-$here/../shared/peers}
 PEERS_WORK=${PEERS_WORK:-/tmp/coll-peers}
 OUT=${OUT:-$(mktemp -d /tmp/coll-compare.XXXXXX)}
+mkdir -p "$OUT"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export COLL_SOCKET_IFNAME=lo
 
