@@ -18,4 +18,23 @@ static inline int coll_mod(long a, int n)
     return (int)(m < 0 ? m + n : m);
 }
 
+/* Binary tree over ranks 0..n-1 rooted at rank 0, for the tree algorithm.  Rank 0
+ * has one child, the largest power of two below n; below it ranks form an in-order
+ * tree in which a rank whose lowest set bit is b has children rank - b/2 and the
+ * nearest rank + b/2, b/4, ... that exists, so odd ranks are the leaves.  Sets
+ * *parent_p (-1 at the root), children[0..*nchildren_p), left child first.  The
+ * height is at most ceil(log2 n) edges. */
+void coll_btree(int rank, int n, int *parent_p, int children[2], int *nchildren_p);
+/* The second tree of the double binary tree: coll_btree over relabelled ranks
+ * (n-1-rank for even n, rank+1 mod n for odd n), rooted at rank n-1.  For even n
+ * every rank has children in exactly one of the two trees; for odd n the
+ * interior nodes number (n+1)/2 in each tree, so one rank (n-1) is interior in
+ * both and every other rank in exactly one. */
+void coll_btree_mirror(int rank, int n, int *parent_p, int children[2], int *nchildren_p);
+/* The root of coll_btree_mirror's tree. */
+static inline int coll_btree_mirror_root(int n)
+{
+    return n - 1;
+}
+
 #endif

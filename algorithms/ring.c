@@ -33,6 +33,7 @@
  * Limitations: latency grows linearly with n (the tree of a later algorithm is
  * better for small messages on many ranks).
  */
+#include <math.h>
 #include <string.h>
 
 #include "algo.h"
@@ -413,6 +414,47 @@ static bool ring_can_run(const struct coll_comm *comm, enum coll_func f,
     return true;
 }
 
+static int ring_log2_ceil(int n)
+{
+    int k = 0;
+    while ((1 << k) < n)
+        k++;
+    return k;
+}
+
+/* Steps x alpha + bytes through the busiest link / beta + bytes reduced. */
+static double ring_predict(const struct coll_comm *comm, enum coll_func f,
+                           const struct coll_args *a, const struct coll_model *m)
+{
+    int n = comm->nranks;
+    double S = (double)(a->count * coll_dtype_size(a->dtype));
+    double frac = (double)(n - 1) / n;
+    if (n == 1)
+        return 0;
+    switch (f) {
+    case COLL_FUNC_ALLREDUCE:
+        if (S <= (double)comm->small_bytes)
+            return ring_log2_ceil(n) * m->alpha_us + coll_model_xfer_us(m, (n - 1) * S) +
+                   coll_model_reduce_us(m, (n - 1) * S);
+        return 2 * (n - 1) * m->alpha_us + coll_model_xfer_us(m, 2 * frac * S) +
+               coll_model_reduce_us(m, frac * S);
+    case COLL_FUNC_BROADCAST:
+    case COLL_FUNC_REDUCE: {
+        /* A pipelined chain: n-1 hops to fill it, then the buffer at link speed. */
+        double slice = fmin(S, (double)comm->chunk_bytes);
+        double t = (n - 1) * m->alpha_us + coll_model_xfer_us(m, S + (n - 2) * slice);
+        return f == COLL_FUNC_REDUCE ? t + coll_model_reduce_us(m, S) : t;
+    }
+    case COLL_FUNC_ALLGATHER: /* count is per rank: the buffer is n x count */
+        return (n - 1) * m->alpha_us + coll_model_xfer_us(m, (n - 1) * S);
+    case COLL_FUNC_REDUCE_SCATTER:
+        return (n - 1) * m->alpha_us + coll_model_xfer_us(m, (n - 1) * S) +
+               coll_model_reduce_us(m, (n - 1) * S);
+    default:
+        return 1e300;
+    }
+}
+
 const struct coll_algo coll_algo_ring = {
     .name = "ring",
     .can_run = ring_can_run,
@@ -421,4 +463,5 @@ const struct coll_algo coll_algo_ring = {
             [COLL_FUNC_REDUCE] = ring_reduce,
             [COLL_FUNC_ALLGATHER] = ring_allgather,
             [COLL_FUNC_REDUCE_SCATTER] = ring_reduce_scatter},
+    .predict = ring_predict,
 };

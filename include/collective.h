@@ -205,6 +205,56 @@ COLL_API collResult_t collReduceScatter(const void *sendbuff, void *recvbuff, si
                                         collDataType_t datatype, collRedOp_t op,
                                         collComm_t comm, collStream_t stream);
 
+/*
+ * Point-to-point calls and groups.
+ *
+ * collSend / collRecv: sends count elements of sendbuff to rank peer / receives
+ * count elements from rank peer into recvbuff.  The two sides must give the same
+ * number of bytes: a receive that finds a message of another size fails with
+ * collInvalidUsage naming both sizes and the peer, and poisons comm so that the
+ * sender fails too instead of waiting.  Messages between two ranks arrive in the
+ * order they were sent, and a receive takes the next message from its peer.
+ * Outside a group each call blocks until its message is complete; a rank may
+ * send to or receive from itself only inside a group holding both sides.
+ * peer must be in [0, nranks); a NULL buffer is allowed only with count 0; a
+ * non-NULL stream is refused with collInvalidUsage.  Results as the collectives:
+ * collInvalidArgument names the bad argument in collGetLastError and leaves comm
+ * usable; system, remote, timeout and size-mismatch failures poison it.
+ * Thread safety: one thread at a time per comm.
+ */
+COLL_API collResult_t collSend(const void *sendbuff, size_t count, collDataType_t datatype,
+                               int peer, collComm_t comm, collStream_t stream);
+COLL_API collResult_t collRecv(void *recvbuff, size_t count, collDataType_t datatype, int peer,
+                               collComm_t comm, collStream_t stream);
+
+/*
+ * collGroupStart / collGroupEnd: between them, collSend, collRecv, collAllToAll
+ * and the collectives of the calling thread are queued instead of run, and
+ * collGroupEnd issues them all: the sends and receives progress together (so a
+ * rank may exchange with many peers in any order without deadlock), then the
+ * collectives run in the order they were issued.  A group may span several
+ * communicators.  Groups nest; only the outermost collGroupEnd issues anything.
+ * A call refused inside the group returns its error at once, and collGroupEnd
+ * then returns that error and issues nothing of the group; a failure while the
+ * group runs is returned by collGroupEnd and drops the calls not yet run.
+ * A send buffer may overlap a receive buffer of the same group: the bytes sent
+ * are those before any receive.  collGroupEnd without collGroupStart returns
+ * collInvalidUsage.
+ * Thread safety: the group is per thread; each comm in it as its calls require.
+ */
+COLL_API collResult_t collGroupStart(void);
+COLL_API collResult_t collGroupEnd(void);
+
+/*
+ * collAllToAll: block j (count elements) of sendbuff goes to rank j, and block i
+ * of recvbuff comes from rank i; both buffers hold nranks * count elements.  In
+ * place when sendbuff == recvbuff.  Runs as a group of sends and receives (inside
+ * an open group, it joins that group).  Results and thread safety as collSend.
+ */
+COLL_API collResult_t collAllToAll(const void *sendbuff, void *recvbuff, size_t count,
+                                   collDataType_t datatype, collComm_t comm,
+                                   collStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

@@ -5,11 +5,15 @@
  * Otherwise the first algorithm of the table whose can_run accepts the call. */
 #include "algo.h"
 
+#include "reduce.h"
+
 #include <string.h>
 #include <strings.h>
 
 static const struct coll_algo *const algo_table[] = {
     &coll_algo_ring,
+    &coll_algo_tree,
+    &coll_algo_naive,
 };
 #define NALGOS ((int)(sizeof(algo_table) / sizeof(algo_table[0])))
 
@@ -111,6 +115,11 @@ collResult_t coll_algo_check_env(struct coll_comm *comm)
             coll_set_error(comm, "%s", err);
             return collInvalidArgument;
         }
+        comm->algo_mask[f] = 0;
+        for (int i = 0; i < NALGOS; i++)
+            if (allowed[i])
+                comm->algo_mask[f] |= 1u << i;
+        comm->last_algo[f] = -1;
     }
     return collSuccess;
 }
@@ -118,20 +127,38 @@ collResult_t coll_algo_check_env(struct coll_comm *comm)
 collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
                               const struct coll_algo **algo_p)
 {
-    bool allowed[NALGOS];
-    char err[160];
-    if (algo_parse(coll_param_str(COLL_PARAM_ALGO), f, allowed, err, sizeof(err)) != 0) {
-        coll_set_error(comm, "%s", err);
-        return collInvalidArgument;
-    }
+    int best = -1;
+    double best_us = 0;
     for (int i = 0; i < NALGOS; i++) {
         const struct coll_algo *al = algo_table[i];
-        if (allowed[i] && al->run[f] != NULL && al->can_run(comm, f, a)) {
-            *algo_p = al;
-            return collSuccess;
+        if (!(comm->algo_mask[f] & (1u << i)) || al->run[f] == NULL || !al->can_run(comm, f, a))
+            continue;
+        /* The inputs of the prediction (model, count, type, nranks) are the same on
+         * every rank, so every rank picks the same algorithm. */
+        double us = al->predict ? al->predict(comm, f, a, &comm->model) : 1e300;
+        if (best < 0 || us < best_us) {
+            best = i;
+            best_us = us;
         }
     }
-    coll_set_error(comm, "%s: COLL_ALGO=%s leaves no algorithm that can run it",
-                   coll_func_name(f), coll_param_str(COLL_PARAM_ALGO));
-    return collInvalidUsage;
+    if (best < 0 && comm->algo_mask[f] != (1u << NALGOS) - 1) {
+        /* COLL_ALGO=tree says nothing useful about allgather, which has no tree:
+         * the override applies where it can, the planner chooses elsewhere. */
+        COLL_INFO(COLL_SUBSYS_ALGO, "%s: COLL_ALGO=%s allows no algorithm that runs it; "
+                  "choosing among all", coll_func_name(f), coll_param_str(COLL_PARAM_ALGO));
+        comm->algo_mask[f] = (1u << NALGOS) - 1;
+        return coll_algo_select(comm, f, a, algo_p);
+    }
+    if (best < 0) {
+        coll_set_error(comm, "%s: no algorithm can run it", coll_func_name(f));
+        return collInternalError;
+    }
+    if (comm->last_algo[f] != best) {
+        COLL_INFO(COLL_SUBSYS_ALGO, "%s of %zu x %s on %d ranks: %s, predicted %.1f us",
+                  coll_func_name(f), a->count, coll_dtype_name(a->dtype), comm->nranks,
+                  algo_table[best]->name, best_us < 1e299 ? best_us : -1.0);
+        comm->last_algo[f] = best;
+    }
+    *algo_p = algo_table[best];
+    return collSuccess;
 }

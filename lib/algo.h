@@ -20,12 +20,32 @@ struct coll_algo {
     const char *name;
     bool (*can_run)(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a);
     collResult_t (*run[COLL_FUNC_COUNT])(struct coll_comm *comm, const struct coll_args *a);
+    /* Predicted time in microseconds of the call under model m (steps x alpha +
+     * bytes on the busiest link / beta + reduction); NULL: no prediction. */
+    double (*predict)(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
+                      const struct coll_model *m);
 };
 
 extern const struct coll_algo coll_algo_ring;
+extern const struct coll_algo coll_algo_tree;
+extern const struct coll_algo coll_algo_naive;
 
 const char *coll_func_name(enum coll_func f);
-/* Picks the algorithm for one call: COLL_ALGO's override, else the table. */
+/* Microseconds to move or reduce b bytes under model m. */
+static inline double coll_model_xfer_us(const struct coll_model *m, double b)
+{
+    return b / (m->beta_gbs * 1e3);
+}
+static inline double coll_model_reduce_us(const struct coll_model *m, double b)
+{
+    return b / (m->reduce_gbs * 1e3);
+}
+
+/* Sets comm->model: COLL_LINK_LATENCY_NS / COLL_LINK_BW_MBS, else measured with a
+ * few ring collectives, and agreed by all ranks (so all plan alike). */
+collResult_t coll_plan_init(struct coll_comm *comm);
+/* Picks the algorithm for one call: among those COLL_ALGO allows that can run it,
+ * the one with the lowest predicted time; the table's first without predictions. */
 collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
                               const struct coll_algo **algo_p);
 /* Validates COLL_ALGO at init; collInvalidArgument naming the bad part. */

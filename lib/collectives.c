@@ -6,6 +6,7 @@
 #include "algo.h"
 #include "exec.h"
 #include "internal.h"
+#include "p2p.h"
 #include "reduce.h"
 
 struct call_check {
@@ -70,7 +71,8 @@ static collResult_t call_check(struct coll_comm *comm, const struct call_check *
     return collSuccess;
 }
 
-static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const struct coll_args *a)
+static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
+                              const struct coll_args *a)
 {
     const struct coll_algo *algo;
     COLL_CHECK(coll_algo_select(comm, f, a, &algo));
@@ -83,6 +85,15 @@ static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const str
     collResult_t res = algo->run[f](comm, a);
     atomic_fetch_sub(&comm->busy, 1);
     return res;
+}
+
+/* Inside collGroupStart / collGroupEnd the checked call is queued, and
+ * collGroupEnd runs it with call_exec after the group's sends and receives. */
+static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const struct coll_args *a)
+{
+    if (coll_group_active())
+        return coll_group_queue_coll(comm, f, a, call_exec);
+    return call_exec(comm, f, a);
 }
 
 COLL_API collResult_t collAllReduce(const void *sendbuff, void *recvbuff, size_t count,

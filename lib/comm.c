@@ -196,6 +196,7 @@ collResult_t coll_comm_create(collComm_t *comm_p, int nranks, const struct coll_
         COLL_CHECK_GOTO(coll_transport_get_conn(comm, next, true, &c), res, fail);
         COLL_CHECK_GOTO(coll_transport_get_conn(comm, prev, false, &c), res, fail);
     }
+    COLL_CHECK_GOTO(coll_plan_init(comm), res, fail);
     COLL_INFO(COLL_SUBSYS_INIT, "rank %d of %d ready on %s pid %d", rank, nranks,
               comm->peers[rank].info.host, (int)getpid());
     *comm_p = comm;

@@ -28,6 +28,15 @@ struct coll_peer {
     struct coll_conn *recv_conn;
 };
 
+/* The alpha-beta model of the links, for the planner: a message of b bytes to a
+ * neighbour costs alpha_us + b / (beta_gbs * 1e3) microseconds; reducing b bytes
+ * costs b / (reduce_gbs * 1e3).  Identical on every rank. */
+struct coll_model {
+    double alpha_us;
+    double beta_gbs;
+    double reduce_gbs;
+};
+
 struct coll_tp_state {
     const struct coll_transport *tp;
     void *ctx;
@@ -63,6 +72,9 @@ struct coll_comm {
     bool spin_yield;               /* yield the core while spinning */
     bool oversubscribed;           /* more ranks on this host than cores */
     size_t small_bytes;
+    struct coll_model model;
+    uint32_t algo_mask[COLL_FUNC_COUNT]; /* algorithms COLL_ALGO allows, per collective */
+    int last_algo[COLL_FUNC_COUNT];      /* for logging changes of choice */
 
     _Atomic int async_error;       /* collResult_t that poisoned the comm */
     atomic_bool aborting;

@@ -62,6 +62,12 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                                 "allreduce up to this many bytes gathers whole buffers (Bruck) "
                                 "and reduces locally; -1: 256 KiB for 2 ranks, 32 KiB up to 8, "
                                 "256 KiB / n beyond"},
+    [COLL_PARAM_LINK_LATENCY_NS] = {"COLL_LINK_LATENCY_NS", COLL_PARAM_TYPE_INT, "-1",
+                                    "latency of one message to a neighbour, for the planner's "
+                                    "cost model; -1 measures it at init"},
+    [COLL_PARAM_LINK_BW_MBS] = {"COLL_LINK_BW_MBS", COLL_PARAM_TYPE_INT, "-1",
+                                "bandwidth of one link in MB/s, for the planner's cost model; "
+                                "-1 measures it at init"},
 };
 
 static pthread_once_t param_once = PTHREAD_ONCE_INIT;

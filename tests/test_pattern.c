@@ -1,4 +1,6 @@
 /* Unit test: ring chunk arithmetic and neighbours for n = 1..64 and odd counts. */
+#include <stdbool.h>
+
 #include "harness.h"
 #include "pattern.h"
 
@@ -20,6 +22,8 @@ static void check_chunks(size_t count, int n)
     CHECK_MSG(maxlen - minlen <= 1, "count %zu n %d: unbalanced parts %zu..%zu", count, n, minlen,
               maxlen);
 }
+
+static void check_btrees(void);
 
 int main(void)
 {
@@ -50,5 +54,88 @@ int main(void)
     CHECK(coll_mod(-1, 5) == 4);
     CHECK(coll_mod(-11, 5) == 4);
     CHECK(coll_mod(7, 5) == 2);
+    check_btrees();
     return test_result();
+}
+
+/* One tree of n ranks: exactly one root (want_root), every other rank has one
+ * parent that lists it as a child, children point back, no rank is reached twice,
+ * and every rank reaches the root within ceil(log2 n) hops, the deepest in exactly
+ * that many.  interior[r] counts the trees in which rank r has children. */
+static void check_btree(int n, int mirror, int want_root, int *interior)
+{
+    int parent[64], child[64][2], nc[64];
+    const char *name = mirror ? "mirror" : "btree";
+    int log2n = 0;
+    while ((1 << log2n) < n)
+        log2n++;
+    for (int r = 0; r < n; r++) {
+        if (mirror)
+            coll_btree_mirror(r, n, &parent[r], child[r], &nc[r]);
+        else
+            coll_btree(r, n, &parent[r], child[r], &nc[r]);
+        CHECK_MSG(nc[r] >= 0 && nc[r] <= 2, "%s n %d rank %d: %d children", name, n, r, nc[r]);
+        if (nc[r] > 0)
+            interior[r]++;
+    }
+    int edges = 0, is_child[64] = {0};
+    for (int r = 0; r < n; r++) {
+        if (r == want_root) {
+            CHECK_MSG(parent[r] == -1, "%s n %d: root %d has parent %d", name, n, r, parent[r]);
+        } else {
+            int p = parent[r];
+            CHECK_MSG(p >= 0 && p < n && p != r, "%s n %d rank %d: parent %d", name, n, r, p);
+            if (p < 0 || p >= n)
+                continue;
+            int listed = 0;
+            for (int j = 0; j < nc[p]; j++)
+                listed += child[p][j] == r;
+            CHECK_MSG(listed == 1, "%s n %d: parent %d lists rank %d %d times", name, n, p, r,
+                      listed);
+        }
+        for (int j = 0; j < nc[r]; j++) {
+            int c = child[r][j];
+            CHECK_MSG(c >= 0 && c < n && parent[c] == r, "%s n %d rank %d: child %d", name, n, r,
+                      c);
+            if (c >= 0 && c < n)
+                is_child[c]++;
+            edges++;
+        }
+    }
+    CHECK_MSG(edges == n - 1, "%s n %d: %d parent-child relations", name, n, edges);
+    int height = 0;
+    for (int r = 0; r < n; r++) {
+        CHECK_MSG(is_child[r] == (r == want_root ? 0 : 1), "%s n %d: rank %d is a child %d times",
+                  name, n, r, is_child[r]);
+        /* Walking up reaches the root: connected and free of cycles. */
+        int hops = 0, x = r;
+        while (x != want_root && x >= 0 && x < n && hops <= n) {
+            x = parent[x];
+            hops++;
+        }
+        CHECK_MSG(x == want_root, "%s n %d: rank %d does not reach the root", name, n, r);
+        CHECK_MSG(hops <= log2n, "%s n %d: rank %d is %d hops deep, more than %d", name, n, r,
+                  hops, log2n);
+        height = hops > height ? hops : height;
+    }
+    /* tree_predict relies on the height being exactly ceil(log2 n). */
+    CHECK_MSG(height == log2n, "%s n %d: height %d, want %d", name, n, height, log2n);
+}
+
+/* Binary and double binary trees for n = 1..64. */
+static void check_btrees(void)
+{
+    for (int n = 1; n <= 64; n++) {
+        int interior[64] = {0};
+        check_btree(n, 0, 0, interior);
+        check_btree(n, 1, coll_btree_mirror_root(n), interior);
+        /* Even n: each rank is interior in exactly one tree.  Odd n >= 3: (n+1)/2
+         * interior ranks per tree force one rank, n-1, to be interior in both; the
+         * others are interior in exactly one.  n = 1: no rank has children. */
+        for (int r = 0; r < n; r++) {
+            int want = n == 1 ? 0 : (n % 2 == 1 && r == n - 1) ? 2 : 1;
+            CHECK_MSG(interior[r] == want, "n %d: rank %d interior in %d trees, want %d", n, r,
+                      interior[r], want);
+        }
+    }
 }

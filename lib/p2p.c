@@ -1,0 +1,546 @@
+/* Point-to-point messages: collSend, collRecv and collAllToAll, and the engine
+ * that progresses any number of them at once (coll_p2p_run, used by the blocking
+ * calls as a group of one and by collGroupEnd).
+ *
+ * A message travels on the same per-peer connections as the collectives, as a
+ * 16-byte header {magic, byte count} followed by the data:
+ *
+ *   sender                               receiver
+ *   isend hdr {P2P_MAGIC, 4000} ------>  irecv hdr (16 bytes)
+ *   isend data (4000 bytes)     ------>  irecv data (the bytes it expects)
+ *                                        hdr done: count == expected?  else
+ *                                        collInvalidUsage naming both sizes and
+ *                                        the peer, and the comm is poisoned so the
+ *                                        sender's side fails instead of waiting
+ *
+ * The receive of the data is posted right behind its header, so a message costs
+ * no extra round trip; it never writes past the bytes the receiver expects, so a
+ * longer message cannot overrun the buffer.  Connections are FIFO: messages to
+ * one peer arrive in the order they were issued, and a receive is matched with
+ * the next message from that peer.
+ *
+ * Running a set of messages: all send connections are made first (a connect
+ * needs nothing from the peer's code), then the receive ones (an accept waits
+ * for the peer's connect), so ranks that exchange in both directions do not wait
+ * on each other.  Then every message is posted (at most P2P_MAX_INFLIGHT per
+ * connection, in order) and all are tested in turn until done, waiting in
+ * coll_exec_idle when a pass moves nothing.  Messages to the rank itself are
+ * copied locally, the k-th send to itself into the k-th receive from itself.
+ * A send whose buffer overlaps a receive of the same set (an in-place exchange)
+ * is copied aside first, so its bytes are read before any receive writes.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "exec.h"
+#include "p2p.h"
+#include "reduce.h"
+
+#define P2P_MAGIC 0x31503250434f4c4cull /* "COLCP2P1" read as little-endian bytes */
+/* Messages posted at once on one connection: two requests each, well inside
+ * the transport's queue of requests per connection. */
+#define P2P_MAX_INFLIGHT 32
+
+enum { P2P_WAITING, P2P_POSTED, P2P_DONE };
+
+/* A communicator that the set of messages uses. */
+struct p2p_comm {
+    struct coll_comm *comm;
+    int *last;     /* 2 * nranks: the latest op per send / receive connection */
+    int *inflight; /* 2 * nranks: messages posted and not done per connection */
+};
+
+struct p2p_run {
+    struct coll_p2p_op *ops;
+    int nops;
+    const char *op_name;
+    struct p2p_comm *comms;
+    int ncomms;
+    char *stage;              /* copies of sends that overlap a receive */
+    struct coll_req **pend;   /* 2 * nops: requests to wait on */
+};
+
+static collResult_t p2p_add_comm(struct p2p_run *run, struct coll_comm *comm)
+{
+    for (int i = 0; i < run->ncomms; i++)
+        if (run->comms[i].comm == comm)
+            return collSuccess;
+    struct p2p_comm *pc = &run->comms[run->ncomms];
+    size_t slots = 2 * (size_t)comm->nranks;
+    COLL_CHECK(coll_calloc(&pc->last, 2 * slots));
+    pc->inflight = pc->last + slots;
+    for (size_t k = 0; k < slots; k++)
+        pc->last[k] = -1;
+    pc->comm = comm;
+    run->ncomms++;
+    return collSuccess;
+}
+
+static struct p2p_comm *p2p_find_comm(struct p2p_run *run, const struct coll_comm *comm)
+{
+    for (int i = 0; i < run->ncomms; i++)
+        if (run->comms[i].comm == comm)
+            return &run->comms[i];
+    return NULL;
+}
+
+static bool p2p_is_self(const struct coll_p2p_op *op)
+{
+    return op->peer == op->comm->rank;
+}
+
+/* Copies aside every send whose bytes overlap a receive of the set. */
+static collResult_t p2p_stage(struct p2p_run *run)
+{
+    size_t total = 0;
+    bool *overlap;
+    COLL_CHECK(coll_calloc(&overlap, (size_t)run->nops));
+    for (int i = 0; i < run->nops; i++) {
+        const struct coll_p2p_op *s = &run->ops[i];
+        if (!s->is_send || s->bytes == 0)
+            continue;
+        uintptr_t s0 = (uintptr_t)s->buf, s1 = s0 + s->bytes;
+        for (int j = 0; j < run->nops && !overlap[i]; j++) {
+            const struct coll_p2p_op *r = &run->ops[j];
+            uintptr_t r0 = (uintptr_t)r->buf, r1 = r0 + r->bytes;
+            if (!r->is_send && r->bytes > 0 && s0 < r1 && r0 < s1)
+                overlap[i] = true;
+        }
+        if (overlap[i])
+            total += s->bytes;
+    }
+    if (total > 0) {
+        run->stage = malloc(total);
+        if (run->stage == NULL) {
+            coll_set_error(run->ops[0].comm, "%s: cannot allocate %zu bytes to copy in-place "
+                           "sends aside", run->op_name, total);
+            free(overlap);
+            return collSystemError;
+        }
+        char *at = run->stage;
+        for (int i = 0; i < run->nops; i++) {
+            if (!overlap[i])
+                continue;
+            memcpy(at, run->ops[i].buf, run->ops[i].bytes);
+            run->ops[i].buf = at;
+            at += run->ops[i].bytes;
+        }
+    }
+    free(overlap);
+    return collSuccess;
+}
+
+/* The next op after `from` that sends to (or receives from) its own rank on comm. */
+static int p2p_next_self(const struct p2p_run *run, const struct coll_comm *comm, bool is_send,
+                         int from)
+{
+    for (int i = from + 1; i < run->nops; i++) {
+        const struct coll_p2p_op *op = &run->ops[i];
+        if (op->comm == comm && op->is_send == is_send && p2p_is_self(op))
+            return i;
+    }
+    return -1;
+}
+
+/* Checks that the messages of each comm to its own rank pair up (the k-th send
+ * with the k-th receive, same size) before anything is issued: a refusal here
+ * leaves the comm usable.  The copies are made later, by p2p_self_copy. */
+static collResult_t p2p_self_check(struct p2p_run *run)
+{
+    for (int c = 0; c < run->ncomms; c++) {
+        struct coll_comm *comm = run->comms[c].comm;
+        int s = -1, r = -1;
+        for (;;) {
+            s = p2p_next_self(run, comm, true, s);
+            r = p2p_next_self(run, comm, false, r);
+            if (s < 0 && r < 0)
+                break;
+            if (s < 0 || r < 0) {
+                coll_set_error(comm, "%s: rank %d %s itself with no matching %s in the same "
+                               "group", run->op_name, comm->rank,
+                               s >= 0 ? "sends to" : "receives from",
+                               s >= 0 ? "collRecv" : "collSend");
+                return collInvalidUsage;
+            }
+            if (run->ops[s].bytes != run->ops[r].bytes) {
+                coll_set_error(comm, "%s: rank %d sends %zu bytes to itself but its matching "
+                               "collRecv expects %zu bytes (%zu x %s)", run->op_name,
+                               comm->rank, run->ops[s].bytes, run->ops[r].bytes,
+                               run->ops[r].count, coll_dtype_name(run->ops[r].dtype));
+                return collInvalidUsage;
+            }
+        }
+    }
+    return collSuccess;
+}
+
+static void p2p_self_copy(struct p2p_run *run)
+{
+    for (int c = 0; c < run->ncomms; c++) {
+        struct coll_comm *comm = run->comms[c].comm;
+        int s = -1, r = -1;
+        while ((s = p2p_next_self(run, comm, true, s)) >= 0 &&
+               (r = p2p_next_self(run, comm, false, r)) >= 0) {
+            if (run->ops[s].bytes > 0)
+                memmove(run->ops[r].buf, run->ops[s].buf, run->ops[s].bytes);
+            run->ops[s].state = P2P_DONE;
+            run->ops[r].state = P2P_DONE;
+        }
+    }
+}
+
+/* Links each op to the previous one on its connection and makes the
+ * connections: every send one first, then the receive ones. */
+static collResult_t p2p_connect(struct p2p_run *run)
+{
+    for (int i = 0; i < run->nops; i++) {
+        struct coll_p2p_op *op = &run->ops[i];
+        op->prev = -1;
+        op->state = P2P_WAITING;
+        op->hdr_checked = false;
+        op->req[0] = op->req[1] = NULL;
+        op->conn = NULL;
+        if (p2p_is_self(op))
+            continue;
+        struct p2p_comm *pc = p2p_find_comm(run, op->comm);
+        int slot = 2 * op->peer + (op->is_send ? 0 : 1);
+        op->prev = pc->last[slot];
+        pc->last[slot] = i;
+        op->inflight = &pc->inflight[slot];
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        for (int i = 0; i < run->nops; i++) {
+            struct coll_p2p_op *op = &run->ops[i];
+            if (p2p_is_self(op) || op->is_send != (pass == 0))
+                continue;
+            collResult_t res = coll_transport_get_conn(op->comm, op->peer, op->is_send,
+                                                       &op->conn);
+            if (res != collSuccess) {
+                coll_comm_poison(op->comm, res);
+                return res;
+            }
+        }
+    }
+    return collSuccess;
+}
+
+static collResult_t p2p_post(struct coll_p2p_op *op)
+{
+    if (op->is_send) {
+        op->hdr[0] = P2P_MAGIC;
+        op->hdr[1] = op->bytes;
+        COLL_CHECK(coll_exec_isend(op->comm, op->conn, op->hdr, sizeof(op->hdr), &op->req[0]));
+        return coll_exec_isend(op->comm, op->conn, op->buf, op->bytes, &op->req[1]);
+    }
+    COLL_CHECK(coll_exec_irecv(op->comm, op->conn, op->hdr, sizeof(op->hdr), &op->req[0]));
+    return coll_exec_irecv(op->comm, op->conn, op->buf, op->bytes, &op->req[1]);
+}
+
+/* A received header: the sender's byte count must be what this receive expects. */
+static collResult_t p2p_check_header(struct p2p_run *run, struct coll_p2p_op *op)
+{
+    struct coll_comm *comm = op->comm;
+    op->hdr_checked = true;
+    if (op->hdr[0] != P2P_MAGIC) {
+        coll_set_error(comm, "%s #%llu: collRecv from rank %d got no message header (%#llx): "
+                       "the ranks' calls are out of step (a collective on one side, a "
+                       "send/receive on the other?)", run->op_name,
+                       (unsigned long long)comm->seq, op->peer,
+                       (unsigned long long)op->hdr[0]);
+        coll_comm_poison(comm, collInvalidUsage);
+        return collInvalidUsage;
+    }
+    if (op->hdr[1] != op->bytes) {
+        coll_set_error(comm, "%s #%llu: rank %d sent %llu bytes but the matching collRecv on "
+                       "rank %d expects %zu bytes (%zu x %s): message sizes differ",
+                       run->op_name, (unsigned long long)comm->seq, op->peer,
+                       (unsigned long long)op->hdr[1], comm->rank, op->bytes, op->count,
+                       coll_dtype_name(op->dtype));
+        coll_comm_poison(comm, collInvalidUsage);
+        return collInvalidUsage;
+    }
+    return collSuccess;
+}
+
+/* Posts what may be posted and tests what is posted: one pass over the set. */
+static collResult_t p2p_pass(struct p2p_run *run, int *left_p, bool *moved_p)
+{
+    for (int i = 0; i < run->nops; i++) {
+        struct coll_p2p_op *op = &run->ops[i];
+        if (op->state == P2P_WAITING) {
+            if ((op->prev >= 0 && run->ops[op->prev].state == P2P_WAITING) ||
+                *op->inflight >= P2P_MAX_INFLIGHT)
+                continue;
+            op->state = P2P_POSTED;
+            (*op->inflight)++;
+            *moved_p = true;
+            COLL_CHECK(p2p_post(op));
+        }
+        if (op->state != P2P_POSTED)
+            continue;
+        struct coll_req *before0 = op->req[0], *before1 = op->req[1];
+        bool d0, d1;
+        COLL_CHECK(coll_exec_test(op->comm, &op->req[0], &d0));
+        if (d0 && !op->is_send && !op->hdr_checked)
+            COLL_CHECK(p2p_check_header(run, op));
+        COLL_CHECK(coll_exec_test(op->comm, &op->req[1], &d1));
+        if (op->req[0] != before0 || op->req[1] != before1)
+            *moved_p = true;
+        if (d0 && d1) {
+            op->state = P2P_DONE;
+            (*op->inflight)--;
+            (*left_p)--;
+            *moved_p = true;
+        }
+    }
+    return collSuccess;
+}
+
+/* Gathers into out the pending requests of comm's posted messages. */
+static int p2p_collect(const struct p2p_run *run, const struct coll_comm *comm,
+                       struct coll_req **out)
+{
+    int n = 0;
+    for (int i = 0; i < run->nops; i++) {
+        const struct coll_p2p_op *op = &run->ops[i];
+        if (op->comm != comm || op->state != P2P_POSTED)
+            continue;
+        for (int k = 0; k < 2; k++)
+            if (op->req[k] != NULL)
+                out[n++] = op->req[k];
+    }
+    return n;
+}
+
+/* Nothing moved: waits on every pending request under the deadline and abort
+ * flag of the first comm with messages posted, after checking the other comms'
+ * deadlines and flags (coll_exec_idle reports them with their own requests). */
+static collResult_t p2p_idle(struct p2p_run *run, struct coll_wait *w)
+{
+    struct coll_comm *first = NULL;
+    for (int i = 0; i < run->nops && first == NULL; i++)
+        if (run->ops[i].state == P2P_POSTED)
+            first = run->ops[i].comm;
+    if (first == NULL)
+        return collSuccess; /* only ops waiting for a slot: the next pass posts them */
+    int64_t now = coll_now_ns();
+    for (int c = 0; c < run->ncomms; c++) {
+        struct coll_comm *comm = run->comms[c].comm;
+        if (comm == first || (!atomic_load(&comm->aborting) && now < comm->deadline_ns))
+            continue;
+        int n = p2p_collect(run, comm, run->pend);
+        struct coll_wait at_once = {.idle_since = now, .spin_ns = 0};
+        if (n > 0)
+            COLL_CHECK(coll_exec_idle(comm, &at_once, run->pend, n));
+    }
+    /* The first comm's requests go in front, so that a timeout names its peer. */
+    int n = p2p_collect(run, first, run->pend);
+    for (int c = 0; c < run->ncomms; c++)
+        if (run->comms[c].comm != first)
+            n += p2p_collect(run, run->comms[c].comm, run->pend + n);
+    return coll_exec_idle(first, w, run->pend, n);
+}
+
+/* After a failure: comms with messages still in flight hold requests that point
+ * at the caller's buffers, which the caller gets back now.  Poisoning them shuts
+ * their connections so those requests can never write again. */
+static void p2p_abandon(struct p2p_run *run, collResult_t res)
+{
+    for (int i = 0; i < run->nops; i++) {
+        struct coll_p2p_op *op = &run->ops[i];
+        if (op->state != P2P_POSTED ||
+            atomic_load(&op->comm->async_error) != collSuccess)
+            continue;
+        coll_set_error(op->comm, "%s #%llu: abandoned with messages in flight after a failure "
+                       "(%s) in the same group", run->op_name,
+                       (unsigned long long)op->comm->seq, coll_result_name(res));
+        coll_comm_poison(op->comm, res);
+    }
+}
+
+static collResult_t p2p_progress(struct p2p_run *run)
+{
+    int left = 0;
+    size_t max_bytes = 0;
+    for (int i = 0; i < run->nops; i++) {
+        if (run->ops[i].state != P2P_DONE)
+            left++;
+        if (run->ops[i].bytes > max_bytes)
+            max_bytes = run->ops[i].bytes;
+    }
+    struct coll_wait w;
+    coll_exec_wait_init(run->comms[0].comm, &w, max_bytes);
+    while (left > 0) {
+        bool moved = false;
+        COLL_CHECK(p2p_pass(run, &left, &moved));
+        if (moved) {
+            w.idle_since = 0;
+            continue;
+        }
+        COLL_CHECK(p2p_idle(run, &w));
+    }
+    return collSuccess;
+}
+
+collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name)
+{
+    if (nops == 0)
+        return collSuccess;
+    struct p2p_run run = {.ops = ops, .nops = nops, .op_name = op_name};
+    collResult_t res = collSuccess;
+    COLL_CHECK(coll_calloc(&run.comms, (size_t)nops));
+    COLL_CHECK_GOTO(coll_calloc(&run.pend, 2 * (size_t)nops), res, out);
+    for (int i = 0; i < nops; i++)
+        COLL_CHECK_GOTO(p2p_add_comm(&run, ops[i].comm), res, out);
+    /* A comm poisoned since the call was queued: issue nothing. */
+    for (int c = 0; c < run.ncomms; c++) {
+        res = (collResult_t)atomic_load(&run.comms[c].comm->async_error);
+        if (res != collSuccess)
+            goto out;
+    }
+    COLL_CHECK_GOTO(p2p_self_check(&run), res, out);
+    COLL_CHECK_GOTO(p2p_stage(&run), res, out);
+    for (int c = 0; c < run.ncomms; c++) {
+        struct coll_comm *comm = run.comms[c].comm;
+        atomic_fetch_add(&comm->busy, 1);
+        comm->seq++;
+        coll_exec_begin(comm, op_name);
+    }
+    res = p2p_connect(&run);
+    if (res == collSuccess) {
+        p2p_self_copy(&run);
+        COLL_TRACE_LOG(COLL_SUBSYS_COLL, "%s #%llu: %d message(s)", op_name,
+                       (unsigned long long)ops[0].comm->seq, nops);
+        res = p2p_progress(&run);
+        if (res != collSuccess)
+            p2p_abandon(&run, res);
+    }
+    for (int c = 0; c < run.ncomms; c++)
+        atomic_fetch_sub(&run.comms[c].comm->busy, 1);
+out:
+    for (int c = 0; c < run.ncomms; c++)
+        free(run.comms[c].last);
+    free(run.comms);
+    free(run.pend);
+    free(run.stage);
+    return res;
+}
+
+/* The checks every call makes at the boundary, naming the bad argument.  peer < -1
+ * means the call has no peer; mult is how many count-sized blocks a buffer holds. */
+static collResult_t p2p_check(struct coll_comm *comm, const char *fn, const char *bufname,
+                              const void *buf, size_t count, size_t mult,
+                              collDataType_t datatype, int peer, collStream_t stream)
+{
+    if (comm == NULL) {
+        coll_set_error(NULL, "%s: comm is NULL", fn);
+        return collInvalidArgument;
+    }
+    if (buf == NULL && count > 0) {
+        coll_set_error(comm, "%s: %s is NULL with count %zu", fn, bufname, count);
+        return collInvalidArgument;
+    }
+    if ((unsigned)datatype >= collNumTypes) {
+        coll_set_error(comm, "%s: datatype %d is out of range [0, %d)", fn, (int)datatype,
+                       collNumTypes);
+        return collInvalidArgument;
+    }
+    if (peer >= -1 && (peer < 0 || peer >= comm->nranks)) {
+        coll_set_error(comm, "%s: peer %d is out of range [0, %d)", fn, peer, comm->nranks);
+        return collInvalidArgument;
+    }
+    size_t esize = coll_dtype_size(datatype);
+    if (count > SIZE_MAX / esize / mult || count * esize * mult > (size_t)PTRDIFF_MAX) {
+        coll_set_error(comm, "%s: count %zu of %zu-byte elements (x %zu) overflows the address "
+                       "space", fn, count, esize, mult);
+        return collInvalidArgument;
+    }
+    if (stream != NULL) {
+        coll_set_error(comm, "%s: stream must be NULL: asynchronous streams are not supported "
+                       "in this version", fn);
+        return collInvalidUsage;
+    }
+    return (collResult_t)atomic_load(&comm->async_error); /* the cause is in last_error */
+}
+
+/* A send or receive: queued in the open group, else run as a group of one. */
+static collResult_t p2p_call(bool is_send, void *buf, size_t count, collDataType_t datatype,
+                             int peer, struct coll_comm *comm, collStream_t stream)
+{
+    const char *fn = is_send ? "collSend" : "collRecv";
+    collResult_t res = p2p_check(comm, fn, is_send ? "sendbuff" : "recvbuff", buf, count, 1,
+                                 datatype, peer, stream);
+    if (res != collSuccess) {
+        if (coll_group_active())
+            coll_group_fail(res);
+        return res;
+    }
+    struct coll_p2p_op op = {.comm = comm, .peer = peer, .is_send = is_send, .buf = buf,
+                             .count = count, .dtype = datatype,
+                             .bytes = count * coll_dtype_size(datatype)};
+    if (coll_group_active())
+        return coll_group_queue_p2p(&op);
+    return coll_p2p_run(&op, 1, fn);
+}
+
+COLL_API collResult_t collSend(const void *sendbuff, size_t count, collDataType_t datatype,
+                               int peer, collComm_t comm, collStream_t stream)
+{
+    return p2p_call(true, (void *)(uintptr_t)sendbuff, count, datatype, peer, comm, stream);
+}
+
+COLL_API collResult_t collRecv(void *recvbuff, size_t count, collDataType_t datatype, int peer,
+                               collComm_t comm, collStream_t stream)
+{
+    return p2p_call(false, recvbuff, count, datatype, peer, comm, stream);
+}
+
+COLL_API collResult_t collAllToAll(const void *sendbuff, void *recvbuff, size_t count,
+                                   collDataType_t datatype, collComm_t comm,
+                                   collStream_t stream)
+{
+    size_t n = comm ? (size_t)comm->nranks : 1;
+    collResult_t res = p2p_check(comm, "collAllToAll", "sendbuff", sendbuff, count, n, datatype,
+                                 -2, stream);
+    if (res == collSuccess)
+        res = p2p_check(comm, "collAllToAll", "recvbuff", recvbuff, count, n, datatype, -2,
+                        stream);
+    if (res != collSuccess) {
+        if (coll_group_active())
+            coll_group_fail(res);
+        return res;
+    }
+    struct coll_p2p_op *ops;
+    res = coll_calloc(&ops, 2 * n);
+    if (res != collSuccess) {
+        coll_set_error(comm, "collAllToAll: out of memory for %zu messages", 2 * n);
+        if (coll_group_active())
+            coll_group_fail(res);
+        return res;
+    }
+    /* Step k receives from rank - k and sends to rank + k, so the ranks do not all
+     * start with the same peer.  In place, the sends are copied aside first. */
+    size_t block = count * coll_dtype_size(datatype);
+    int r = comm->rank, nr = comm->nranks;
+    for (int k = 0; k < nr; k++) {
+        int from = (r - k + nr) % nr, to = (r + k) % nr;
+        ops[2 * k] = (struct coll_p2p_op){
+            .comm = comm, .peer = from, .is_send = false,
+            .buf = block ? (char *)recvbuff + (size_t)from * block : recvbuff,
+            .count = count, .dtype = datatype, .bytes = block};
+        ops[2 * k + 1] = (struct coll_p2p_op){
+            .comm = comm, .peer = to, .is_send = true,
+            .buf = block ? (char *)(uintptr_t)sendbuff + (size_t)to * block
+                         : (void *)(uintptr_t)sendbuff,
+            .count = count,
+            .dtype = datatype, .bytes = block};
+    }
+    if (coll_group_active()) {
+        for (size_t i = 0; i < 2 * n && res == collSuccess; i++)
+            res = coll_group_queue_p2p(&ops[i]);
+    } else {
+        res = coll_p2p_run(ops, (int)(2 * n), "collAllToAll");
+    }
+    free(ops);
+    return res;
+}

@@ -1,0 +1,57 @@
+/* Point-to-point messages and groups: what p2p.c (the message engine) and
+ * group.c (the per-thread group queue) share, and the hook collectives.c uses to
+ * queue a collective issued inside collGroupStart / collGroupEnd. */
+#ifndef COLL_P2P_H
+#define COLL_P2P_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "algo.h"
+#include "internal.h"
+
+/* One send or receive.  The public calls fill the first block; coll_p2p_run
+ * owns the rest while it progresses the message. */
+struct coll_p2p_op {
+    struct coll_comm *comm;
+    int peer;
+    bool is_send;
+    void *buf;              /* read for a send, written for a receive */
+    size_t count;           /* elements, for messages */
+    collDataType_t dtype;
+    size_t bytes;
+
+    /* Progress state, set up by coll_p2p_run. */
+    struct coll_conn *conn; /* NULL for a message to this rank itself */
+    struct coll_req *req[2]; /* header, data */
+    uint64_t hdr[2];        /* the header sent or received: magic, byte count */
+    int prev;               /* the previous op on the same connection, or -1 */
+    int *inflight;          /* messages posted and not done on that connection */
+    int state;
+    bool hdr_checked;
+};
+
+/* Runs a collective call now; collectives.c hands one to coll_group_queue_coll. */
+typedef collResult_t (*coll_group_coll_fn)(struct coll_comm *comm, enum coll_func f,
+                                           const struct coll_args *a);
+
+/* Runs the sends and receives of ops concurrently until all complete, the first
+ * failure, or a deadline.  op_name names them in messages ("collSend", "group").
+ * On a failure every communicator with messages still in flight is poisoned,
+ * since their requests point at buffers the caller gets back. */
+collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name);
+
+/* True while the calling thread has a group open (collGroupStart without its
+ * collGroupEnd). */
+bool coll_group_active(void);
+/* Queues a send or receive in the calling thread's open group. */
+collResult_t coll_group_queue_p2p(const struct coll_p2p_op *op);
+/* Queues a collective (its arguments already checked) to run at collGroupEnd,
+ * after the group's sends and receives, in the order issued. */
+collResult_t coll_group_queue_coll(struct coll_comm *comm, enum coll_func f,
+                                   const struct coll_args *a, coll_group_coll_fn fn);
+/* Records that a call inside the open group was refused: collGroupEnd then
+ * returns res (the first one) and issues nothing of the group. */
+void coll_group_fail(collResult_t res);
+
+#endif

@@ -1,0 +1,362 @@
+/*
+ * collSend, collRecv, groups and collAllToAll, on every rank of a launch:
+ *
+ *   collrun -n 4 --timeout 120 test_p2p      or      test_p2p --threads 5
+ *
+ * Checks, bit for bit: a ring exchange in a group; an all-to-all written with
+ * sends and receives in one group (deadlock-free for any n); collAllToAll for
+ * every type at counts 0, 1, 1000 and 100003, out of place and in place; several
+ * messages to one peer arriving in order; messages to the rank itself; a
+ * collective queued in a group with sends and receives; a group spanning two
+ * communicators; the refused calls (peer out of range, NULL buffer, stream,
+ * unbalanced collGroupEnd, a refused call inside a group) leaving the comm
+ * usable.  Last, because it poisons the comm: rank 0 sends 1000 floats that rank
+ * 1 receives as 500; both must fail within seconds, with the receive buffer's
+ * guard bytes intact.
+ */
+#include <stdint.h>
+
+#include "launch.h"
+
+#define GUARD_BYTES 64
+#define GUARD 0xA5
+
+static const size_t type_size[collNumTypes] = {1, 1, 4, 4, 8, 8, 2, 4, 8, 2};
+
+/* The byte at index i of the message that src sends to dst with this tag. */
+static uint8_t pattern(int src, int dst, size_t i, int tag)
+{
+    return (uint8_t)((size_t)src * 131u + (size_t)dst * 29u + i * 7u + (size_t)tag * 17u +
+                     (i >> 8));
+}
+
+static void fill(uint8_t *p, size_t bytes, int src, int dst, int tag)
+{
+    for (size_t i = 0; i < bytes; i++)
+        p[i] = pattern(src, dst, i, tag);
+}
+
+/* The first wrong byte, or -1. */
+static long first_wrong(const uint8_t *p, size_t bytes, int src, int dst, int tag)
+{
+    for (size_t i = 0; i < bytes; i++)
+        if (p[i] != pattern(src, dst, i, tag))
+            return (long)i;
+    return -1;
+}
+
+static uint8_t *alloc_guarded(struct launch_rank *lr, size_t bytes)
+{
+    uint8_t *p = malloc(bytes + GUARD_BYTES);
+    if (p == NULL)
+        launch_fatal(lr, "out of memory (%zu bytes)", bytes);
+    memset(p, 0, bytes);
+    memset(p + bytes, GUARD, GUARD_BYTES);
+    return p;
+}
+
+static bool guard_intact(const uint8_t *p, size_t bytes)
+{
+    for (size_t i = 0; i < GUARD_BYTES; i++)
+        if (p[bytes + i] != GUARD)
+            return false;
+    return true;
+}
+
+/* A call that must succeed for the ranks to stay in step. */
+#define MUST(lr, call)                                                                 \
+    do {                                                                               \
+        collResult_t must_r_ = (call);                                                 \
+        if (must_r_ != collSuccess)                                                    \
+            launch_fatal((lr), "%s:%d: %s returned %s (%s)", __FILE__, __LINE__, #call, \
+                         collGetErrorString(must_r_), collGetLastError((lr)->comm));   \
+    } while (0)
+
+/* Each rank sends count int32 to rank + 1 and receives from rank - 1, in a group. */
+static void test_ring(struct launch_rank *lr, size_t count)
+{
+    int n = lr->nranks, r = lr->rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+    size_t bytes = count * 4;
+    uint8_t *s = alloc_guarded(lr, bytes), *d = alloc_guarded(lr, bytes);
+    fill(s, bytes, r, next, 1);
+    MUST(lr, collGroupStart());
+    MUST(lr, collSend(s, count, collInt32, next, lr->comm, NULL));
+    MUST(lr, collRecv(d, count, collInt32, prev, lr->comm, NULL));
+    MUST(lr, collGroupEnd());
+    long w = first_wrong(d, bytes, prev, r, 1);
+    LR_CHECK(lr, w < 0, "ring count %zu: byte %ld from rank %d is wrong", count, w, prev);
+    LR_CHECK(lr, guard_intact(d, bytes), "ring count %zu: guard overwritten", count);
+    free(s);
+    free(d);
+}
+
+/* An all-to-all written as one group of sends and receives, to every rank and
+ * from every rank in plain rank order (itself included). */
+static void test_group_alltoall(struct launch_rank *lr, size_t bytes)
+{
+    int n = lr->nranks, r = lr->rank;
+    uint8_t *s = alloc_guarded(lr, bytes * (size_t)n), *d = alloc_guarded(lr, bytes * (size_t)n);
+    for (int j = 0; j < n; j++)
+        fill(s + (size_t)j * bytes, bytes, r, j, 2);
+    MUST(lr, collGroupStart());
+    for (int j = 0; j < n; j++) {
+        MUST(lr, collSend(s + (size_t)j * bytes, bytes, collUint8, j, lr->comm, NULL));
+        MUST(lr, collRecv(d + (size_t)j * bytes, bytes, collUint8, j, lr->comm, NULL));
+    }
+    MUST(lr, collGroupEnd());
+    for (int i = 0; i < n; i++) {
+        long w = first_wrong(d + (size_t)i * bytes, bytes, i, r, 2);
+        LR_CHECK(lr, w < 0, "group all-to-all %zu bytes: byte %ld from rank %d is wrong", bytes,
+                 w, i);
+    }
+    LR_CHECK(lr, guard_intact(d, bytes * (size_t)n), "group all-to-all: guard overwritten");
+    free(s);
+    free(d);
+}
+
+static void test_alltoall(struct launch_rank *lr)
+{
+    static const size_t counts[] = {0, 1, 1000, 100003};
+    int n = lr->nranks, r = lr->rank;
+    for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+        for (int t = 0; t < collNumTypes; t++) {
+            size_t block = counts[ci] * type_size[t], all = block * (size_t)n;
+            uint8_t *s = alloc_guarded(lr, all), *d = alloc_guarded(lr, all);
+            for (int j = 0; j < n; j++)
+                fill(s + (size_t)j * block, block, r, j, 3 + t);
+            MUST(lr, collAllToAll(s, d, counts[ci], (collDataType_t)t, lr->comm, NULL));
+            for (int i = 0; i < n; i++) {
+                long w = first_wrong(d + (size_t)i * block, block, i, r, 3 + t);
+                LR_CHECK(lr, w < 0, "collAllToAll count %zu type %d: byte %ld from rank %d",
+                         counts[ci], t, w, i);
+            }
+            LR_CHECK(lr, guard_intact(d, all), "collAllToAll count %zu type %d: guard",
+                     counts[ci], t);
+            /* In place: the same input in the receive buffer. */
+            if (counts[ci] == 1000) {
+                memcpy(d, s, all);
+                MUST(lr, collAllToAll(d, d, counts[ci], (collDataType_t)t, lr->comm, NULL));
+                for (int i = 0; i < n; i++) {
+                    long w = first_wrong(d + (size_t)i * block, block, i, r, 3 + t);
+                    LR_CHECK(lr, w < 0, "in-place collAllToAll type %d: byte %ld from rank %d",
+                             t, w, i);
+                }
+            }
+            free(s);
+            free(d);
+        }
+    }
+}
+
+/* Several messages to the same peer in one group arrive in the order sent. */
+static void test_order(struct launch_rank *lr)
+{
+    static const size_t sizes[] = {1, 100, 70001, 0, 3, 300000, 17};
+    enum { NMSG = sizeof(sizes) / sizeof(sizes[0]) };
+    int n = lr->nranks, r = lr->rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+    uint8_t *s[NMSG], *d[NMSG];
+    MUST(lr, collGroupStart());
+    for (int k = 0; k < NMSG; k++) {
+        s[k] = alloc_guarded(lr, sizes[k]);
+        d[k] = alloc_guarded(lr, sizes[k]);
+        fill(s[k], sizes[k], r, next, 40 + k);
+        MUST(lr, collRecv(d[k], sizes[k], collUint8, prev, lr->comm, NULL));
+        MUST(lr, collSend(s[k], sizes[k], collUint8, next, lr->comm, NULL));
+    }
+    MUST(lr, collGroupEnd());
+    for (int k = 0; k < NMSG; k++) {
+        long w = first_wrong(d[k], sizes[k], prev, r, 40 + k);
+        LR_CHECK(lr, w < 0, "message %d (%zu bytes) from rank %d: byte %ld wrong", k, sizes[k],
+                 prev, w);
+        LR_CHECK(lr, guard_intact(d[k], sizes[k]), "message %d: guard overwritten", k);
+        free(s[k]);
+        free(d[k]);
+    }
+}
+
+/* Messages to the rank itself: matched in order inside a group; refused alone. */
+static void test_self(struct launch_rank *lr)
+{
+    int r = lr->rank;
+    uint8_t *a = alloc_guarded(lr, 1000), *b = alloc_guarded(lr, 10);
+    uint8_t *da = alloc_guarded(lr, 1000), *db = alloc_guarded(lr, 10);
+    fill(a, 1000, r, r, 60);
+    fill(b, 10, r, r, 61);
+    MUST(lr, collGroupStart());
+    MUST(lr, collSend(a, 250, collFloat, r, lr->comm, NULL));
+    MUST(lr, collRecv(da, 250, collFloat, r, lr->comm, NULL));
+    MUST(lr, collRecv(db, 10, collInt8, r, lr->comm, NULL));
+    MUST(lr, collSend(b, 10, collInt8, r, lr->comm, NULL));
+    MUST(lr, collGroupEnd());
+    LR_CHECK(lr, first_wrong(da, 1000, r, r, 60) < 0, "self message 1 wrong");
+    LR_CHECK(lr, first_wrong(db, 10, r, r, 61) < 0, "self message 2 wrong");
+    /* Alone, a send to itself has no receive to meet: refused, comm still usable. */
+    LR_CHECK_RES(lr, collSend(a, 4, collFloat, r, lr->comm, NULL), collInvalidUsage, lr->comm);
+    free(a);
+    free(b);
+    free(da);
+    free(db);
+}
+
+/* A collective queued in a group runs at collGroupEnd with the sends and receives. */
+static void test_grouped_collective(struct launch_rank *lr)
+{
+    int n = lr->nranks, r = lr->rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+    int32_t x[3] = {r + 1, 2 * r, -r}, y[3] = {0, 0, 0};
+    int32_t sv = 1000 + r, rv = -1;
+    int32_t b = r == 0 ? 77 : 0;
+    MUST(lr, collGroupStart());
+    MUST(lr, collAllReduce(x, y, 3, collInt32, collSum, lr->comm, NULL));
+    MUST(lr, collSend(&sv, 1, collInt32, next, lr->comm, NULL));
+    MUST(lr, collGroupStart()); /* nested: only the outer end issues */
+    MUST(lr, collRecv(&rv, 1, collInt32, prev, lr->comm, NULL));
+    MUST(lr, collBroadcast(&b, &b, 1, collInt32, 0, lr->comm, NULL));
+    MUST(lr, collGroupEnd());
+    LR_CHECK(lr, rv == -1 && y[0] == 0, "calls ran before the outer collGroupEnd");
+    MUST(lr, collGroupEnd());
+    int32_t s0 = n * (n + 1) / 2, s1 = n * (n - 1), s2 = -n * (n - 1) / 2;
+    LR_CHECK(lr, y[0] == s0 && y[1] == s1 && y[2] == s2,
+             "grouped allreduce gave %d %d %d, want %d %d %d", y[0], y[1], y[2], s0, s1, s2);
+    LR_CHECK(lr, rv == 1000 + prev, "grouped recv gave %d, want %d", rv, 1000 + prev);
+    LR_CHECK(lr, b == 77, "grouped broadcast gave %d", b);
+}
+
+/* One group over two communicators: a ring forwards on one, backwards on the other. */
+static void test_two_comms(struct launch_rank *lr)
+{
+    int n = lr->nranks, r = lr->rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+    collUniqueId id;
+    memset(&id, 0, sizeof(id));
+    if (r == 0)
+        MUST(lr, collGetUniqueId(&id));
+    MUST(lr, collBroadcast(&id, &id, sizeof(id), collUint8, 0, lr->comm, NULL));
+    collComm_t c2;
+    collResult_t res = collCommInitRank(&c2, n, id, r);
+    if (res != collSuccess)
+        launch_fatal(lr, "second communicator: %s (%s)", collGetErrorString(res),
+                     collGetLastError(NULL));
+    int32_t fw = 10 * r, bw = 20 * r, got_fw = -1, got_bw = -1;
+    MUST(lr, collGroupStart());
+    MUST(lr, collSend(&fw, 1, collInt32, next, lr->comm, NULL));
+    MUST(lr, collSend(&bw, 1, collInt32, prev, c2, NULL));
+    MUST(lr, collRecv(&got_bw, 1, collInt32, next, c2, NULL));
+    MUST(lr, collRecv(&got_fw, 1, collInt32, prev, lr->comm, NULL));
+    MUST(lr, collGroupEnd());
+    LR_CHECK(lr, got_fw == 10 * prev && got_bw == 20 * next, "two comms: got %d %d", got_fw,
+             got_bw);
+    LR_CHECK_RES(lr, collCommDestroy(c2), collSuccess, NULL);
+}
+
+static void want_error(struct launch_rank *lr, collResult_t got, collResult_t want,
+                       const char *what, const char *word)
+{
+    const char *msg = collGetLastError(lr->comm);
+    LR_CHECK(lr, got == want, "%s returned %s, want %s (%s)", what, collGetErrorString(got),
+             collGetErrorString(want), msg);
+    LR_CHECK(lr, strstr(msg, word) != NULL, "%s: message '%s' does not name '%s'", what, msg,
+             word);
+}
+
+static void test_refused(struct launch_rank *lr)
+{
+    int n = lr->nranks;
+    float f[4] = {0};
+    collComm_t c = lr->comm;
+    want_error(lr, collSend(f, 4, collFloat, n, c, NULL), collInvalidArgument, "send to nranks",
+               "peer");
+    want_error(lr, collSend(f, 4, collFloat, -1, c, NULL), collInvalidArgument, "send to -1",
+               "peer");
+    want_error(lr, collRecv(f, 4, collFloat, n, c, NULL), collInvalidArgument, "recv from n",
+               "peer");
+    want_error(lr, collRecv(NULL, 4, collFloat, 0, c, NULL), collInvalidArgument,
+               "recv into NULL", "recvbuff");
+    want_error(lr, collSend(NULL, 4, collFloat, 0, c, NULL), collInvalidArgument,
+               "send from NULL", "sendbuff");
+    want_error(lr, collSend(f, 4, (collDataType_t)collNumTypes, 0, c, NULL),
+               collInvalidArgument, "bad datatype", "datatype");
+    want_error(lr, collSend(f, 4, collFloat, 0, c, (collStream_t)f), collInvalidUsage, "stream",
+               "stream");
+    want_error(lr, collAllToAll(NULL, f, 1, collFloat, c, NULL), collInvalidArgument,
+               "alltoall NULL", "sendbuff");
+    LR_CHECK_RES(lr, collSend(f, 4, collFloat, 0, NULL, NULL), collInvalidArgument, NULL);
+    LR_CHECK_RES(lr, collGroupEnd(), collInvalidUsage, NULL);
+    /* A refused call inside a group: collGroupEnd reports it and issues nothing. */
+    int32_t v = 5, w = -1;
+    MUST(lr, collGroupStart());
+    MUST(lr, collSend(&v, 1, collInt32, (lr->rank + 1) % n, c, NULL));
+    LR_CHECK_RES(lr, collRecv(&w, 1, collInt32, n + 3, c, NULL), collInvalidArgument, c);
+    LR_CHECK_RES(lr, collGroupEnd(), collInvalidArgument, c);
+    LR_CHECK(lr, w == -1, "a refused group ran");
+    /* The comm is still usable. */
+    test_ring(lr, 3);
+}
+
+/* Rank 0 sends 1000 floats, rank 1 receives 500: rank 1's receive fails naming
+ * both sizes and the peer; every rank's next call fails within seconds. */
+static void test_mismatch(struct launch_rank *lr)
+{
+    int r = lr->rank;
+    double t0 = launch_now();
+    if (lr->nranks == 1) {
+        float a[10] = {0}, b[5];
+        MUST(lr, collGroupStart());
+        (void)collSend(a, 10, collFloat, 0, lr->comm, NULL);
+        (void)collRecv(b, 5, collFloat, 0, lr->comm, NULL);
+        want_error(lr, collGroupEnd(), collInvalidUsage, "self size mismatch", "40 bytes");
+        return;
+    }
+    collResult_t first = collSuccess;
+    if (r == 0) {
+        float *s = calloc(1000, sizeof(float));
+        first = collSend(s, 1000, collFloat, 1, lr->comm, NULL);
+        free(s);
+    } else if (r == 1) {
+        uint8_t *d = alloc_guarded(lr, 500 * sizeof(float));
+        first = collRecv(d, 500, collFloat, 0, lr->comm, NULL);
+        const char *msg = collGetLastError(lr->comm);
+        LR_CHECK(lr, first == collInvalidUsage, "mismatched recv returned %s (%s)",
+                 collGetErrorString(first), msg);
+        LR_CHECK(lr, strstr(msg, "4000") && strstr(msg, "2000") && strstr(msg, "rank 0"),
+                 "message '%s' does not name both sizes and the peer", msg);
+        LR_CHECK(lr, guard_intact(d, 500 * sizeof(float)), "receive guard overwritten");
+        free(d);
+    }
+    /* Every rank then calls a collective: it must fail, not hang. */
+    int32_t x = 1, y = 0;
+    collResult_t next = collAllReduce(&x, &y, 1, collInt32, collSum, lr->comm, NULL);
+    double dt = launch_now() - t0;
+    LR_CHECK(lr, first != collSuccess || next != collSuccess,
+             "no error on rank %d after the mismatched sizes", r);
+    LR_CHECK(lr, dt < 10.0, "the mismatch took %.1f s to be reported", dt);
+}
+
+static void p2p_body(struct launch_rank *lr)
+{
+    test_ring(lr, 0);
+    test_ring(lr, 1);
+    test_ring(lr, 100003);
+    test_group_alltoall(lr, 1);
+    test_group_alltoall(lr, 40000);
+    test_alltoall(lr);
+    test_order(lr);
+    test_self(lr);
+    test_grouped_collective(lr);
+    test_two_comms(lr);
+    test_refused(lr);
+    test_mismatch(lr); /* last: it poisons the comm */
+}
+
+int main(int argc, char **argv)
+{
+    int nthreads = 0;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            nthreads = launch_parse_threads(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: %s [--threads N]\n", argv[0]);
+            return 2;
+        }
+    }
+    return launch_run(nthreads, p2p_body, NULL);
+}
