@@ -494,24 +494,25 @@ static bool naive_can_run(const struct coll_comm *comm, enum coll_func f,
 static double naive_predict(const struct coll_comm *comm, enum coll_func f,
                             const struct coll_args *a, const struct coll_model *m)
 {
-    double n = comm->nranks;
+    int ni = comm->nranks;
+    double n = ni;
     double S = (double)(a->count * coll_dtype_size(a->dtype));
-    if (comm->nranks == 1)
+    if (ni == 1)
         return 0;
+    /* The root is the busiest rank; every byte it sends or receives crosses a
+     * link once, so the host moves twice the root's bytes. */
     switch (f) {
     case COLL_FUNC_ALLREDUCE:
-        return 2 * (m->alpha_us + coll_model_xfer_us(m, (n - 1) * S)) +
-               coll_model_reduce_us(m, (n - 1) * S);
+        return coll_model_time(m, ni, 2, 2 * (n - 1) * S, 4 * (n - 1) * S, (n - 1) * S);
     case COLL_FUNC_REDUCE:
-        return m->alpha_us + coll_model_xfer_us(m, (n - 1) * S) +
-               coll_model_reduce_us(m, (n - 1) * S);
+        return coll_model_time(m, ni, 1, (n - 1) * S, 2 * (n - 1) * S, (n - 1) * S);
     case COLL_FUNC_BROADCAST:
-        return m->alpha_us + coll_model_xfer_us(m, (n - 1) * S);
+        return coll_model_time(m, ni, 1, (n - 1) * S, 2 * (n - 1) * S, 0);
     case COLL_FUNC_ALLGATHER: /* count is per rank: S is one block */
-        return 2 * m->alpha_us + coll_model_xfer_us(m, (n - 1) * n * S);
+        return coll_model_time(m, ni, 2, n * (n - 1) * S, 2 * n * (n - 1) * S, 0);
     case COLL_FUNC_REDUCE_SCATTER:
-        return 2 * m->alpha_us + coll_model_xfer_us(m, (n - 1) * (n + 1) * S) +
-               coll_model_reduce_us(m, (n - 1) * n * S);
+        return coll_model_time(m, ni, 2, (n - 1) * (n + 1) * S, 2 * (n - 1) * (n + 1) * S,
+                               (n - 1) * n * S);
     default:
         return 1e300;
     }

@@ -422,7 +422,7 @@ static int ring_log2_ceil(int n)
     return k;
 }
 
-/* Steps x alpha + bytes through the busiest link / beta + bytes reduced. */
+/* Every rank of a ring moves the same bytes, so the host moves n times a rank's. */
 static double ring_predict(const struct coll_comm *comm, enum coll_func f,
                            const struct coll_args *a, const struct coll_model *m)
 {
@@ -434,22 +434,22 @@ static double ring_predict(const struct coll_comm *comm, enum coll_func f,
     switch (f) {
     case COLL_FUNC_ALLREDUCE:
         if (S <= (double)comm->small_bytes)
-            return ring_log2_ceil(n) * m->alpha_us + coll_model_xfer_us(m, (n - 1) * S) +
-                   coll_model_reduce_us(m, (n - 1) * S);
-        return 2 * (n - 1) * m->alpha_us + coll_model_xfer_us(m, 2 * frac * S) +
-               coll_model_reduce_us(m, frac * S);
+            return coll_model_time(m, n, ring_log2_ceil(n), 2 * (n - 1) * S,
+                                   2.0 * n * (n - 1) * S, (n - 1) * S);
+        return coll_model_time(m, n, 2 * (n - 1), 4 * frac * S, 4.0 * (n - 1) * S, frac * S);
     case COLL_FUNC_BROADCAST:
     case COLL_FUNC_REDUCE: {
         /* A pipelined chain: n-1 hops to fill it, then the buffer at link speed. */
         double slice = fmin(S, (double)comm->chunk_bytes);
-        double t = (n - 1) * m->alpha_us + coll_model_xfer_us(m, S + (n - 2) * slice);
-        return f == COLL_FUNC_REDUCE ? t + coll_model_reduce_us(m, S) : t;
+        double rank_bytes = 2 * S + 2 * (n - 2) * slice;
+        return coll_model_time(m, n, n - 1, rank_bytes, 2.0 * (n - 1) * S,
+                               f == COLL_FUNC_REDUCE ? S : 0);
     }
     case COLL_FUNC_ALLGATHER: /* count is per rank: the buffer is n x count */
-        return (n - 1) * m->alpha_us + coll_model_xfer_us(m, (n - 1) * S);
+        return coll_model_time(m, n, n - 1, 2 * (n - 1) * S, 2.0 * n * (n - 1) * S, 0);
     case COLL_FUNC_REDUCE_SCATTER:
-        return (n - 1) * m->alpha_us + coll_model_xfer_us(m, (n - 1) * S) +
-               coll_model_reduce_us(m, (n - 1) * S);
+        return coll_model_time(m, n, n - 1, 2 * (n - 1) * S, 2.0 * n * (n - 1) * S,
+                               (n - 1) * S);
     default:
         return 1e300;
     }

@@ -481,37 +481,36 @@ static double tree_predict(const struct coll_comm *comm, enum coll_func f,
     bool allreduce = f == COLL_FUNC_ALLREDUCE;
     int ntrees = allreduce && S >= (double)TREE_SPLIT_MIN_BYTES ? 2 : 1;
     double part = ntrees == 2 ? S / 2 : S; /* the bigger half goes on tree A */
-    double maxlink = 0, maxred = 0;
+    double maxbytes = 0, total = 0, maxred = 0;
     /* Both trees reach rank 1's position from the root's child, a power of two,
      * by halving: the height is exactly ceil(log2 n). */
     int height = 0;
     while ((1 << height) < n)
         height++;
     for (int r = 0; r < n; r++) {
-        double link = 0, red = 0;
+        double bytes = 0, red = 0;
         for (int t = 0; t < ntrees; t++) {
             int parent, nc, up;
             tree_place(r, n, t == 1, &parent, &nc);
             up = parent >= 0;
             double b = t == 0 ? part : S - part;
-            /* Allreduce uses each edge both ways; reduce and broadcast one way. */
-            link += (allreduce ? nc + up : nc > up ? nc : up) * b;
+            /* Bytes sent + received: allreduce uses each edge both ways. */
+            bytes += (allreduce ? 2 : 1) * (nc + up) * b;
             red += nc * b;
         }
-        maxlink = link > maxlink ? link : maxlink;
+        total += bytes;
+        maxbytes = bytes > maxbytes ? bytes : maxbytes;
         maxred = red > maxred ? red : maxred;
     }
     double slice = part < (double)comm->chunk_bytes ? part : (double)comm->chunk_bytes;
+    double fill = 2 * (height - 1) * slice; /* the pipeline filling up */
     switch (f) {
     case COLL_FUNC_BROADCAST:
-        return height * m->alpha_us + coll_model_xfer_us(m, maxlink + (height - 1) * slice);
+        return coll_model_time(m, n, height, maxbytes + fill, total, 0);
     case COLL_FUNC_REDUCE:
-        return height * m->alpha_us + coll_model_xfer_us(m, maxlink + (height - 1) * slice) +
-               coll_model_reduce_us(m, maxred);
+        return coll_model_time(m, n, height, maxbytes + fill, total, maxred);
     case COLL_FUNC_ALLREDUCE:
-        return 2 * height * m->alpha_us +
-               coll_model_xfer_us(m, maxlink + 2 * (height - 1) * slice) +
-               coll_model_reduce_us(m, maxred);
+        return coll_model_time(m, n, 2 * height, maxbytes + 2 * fill, total, maxred);
     default:
         return 1e300;
     }

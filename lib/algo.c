@@ -124,6 +124,8 @@ collResult_t coll_algo_check_env(struct coll_comm *comm)
     return collSuccess;
 }
 
+#define ALGO_MARGIN 1.2
+
 collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
                               const struct coll_algo **algo_p)
 {
@@ -136,6 +138,11 @@ collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const st
         /* The inputs of the prediction (model, count, type, nranks) are the same on
          * every rank, so every rank picks the same algorithm. */
         double us = al->predict ? al->predict(comm, f, a, &comm->model) : 1e300;
+        /* The model is rough where every algorithm is bound by the same copies:
+         * another algorithm must beat the table's first (the ring, which is
+         * bandwidth-optimal and best pipelined) by ALGO_MARGIN to replace it. */
+        if (best == 0 && i > 0)
+            us *= ALGO_MARGIN;
         if (best < 0 || us < best_us) {
             best = i;
             best_us = us;

@@ -31,14 +31,17 @@ extern const struct coll_algo coll_algo_tree;
 extern const struct coll_algo coll_algo_naive;
 
 const char *coll_func_name(enum coll_func f);
-/* Microseconds to move or reduce b bytes under model m. */
-static inline double coll_model_xfer_us(const struct coll_model *m, double b)
+/* Predicted microseconds of a schedule: hops messages in sequence; max_rank_bytes
+ * sent + received by the busiest rank; total_bytes sent + received by all ranks;
+ * reduce_bytes reduced on the critical path. */
+static inline double coll_model_time(const struct coll_model *m, int nranks, double hops,
+                                     double max_rank_bytes, double total_bytes,
+                                     double reduce_bytes)
 {
-    return b / (m->beta_gbs * 1e3);
-}
-static inline double coll_model_reduce_us(const struct coll_model *m, double b)
-{
-    return b / (m->reduce_gbs * 1e3);
+    double t_rank = max_rank_bytes / (m->core_gbs * 1e3);
+    double t_host = total_bytes * m->local_ranks / nranks / (m->host_gbs * 1e3);
+    return hops * m->alpha_us + (t_rank > t_host ? t_rank : t_host) +
+           reduce_bytes / (m->reduce_gbs * 1e3);
 }
 
 /* Sets comm->model: COLL_LINK_LATENCY_NS / COLL_LINK_BW_MBS, else measured with a

@@ -28,13 +28,18 @@ struct coll_peer {
     struct coll_conn *recv_conn;
 };
 
-/* The alpha-beta model of the links, for the planner: a message of b bytes to a
- * neighbour costs alpha_us + b / (beta_gbs * 1e3) microseconds; reducing b bytes
- * costs b / (reduce_gbs * 1e3).  Identical on every rank. */
+/* The planner's model of the machine: a message costs alpha_us; moving bytes costs
+ * the time of the busiest rank (its bytes sent + received at core_gbs, the copy
+ * speed of one core) or of the host (the bytes of all its ranks at host_gbs,
+ * what all its cores copy together), whichever is longer; reducing b bytes costs
+ * b / reduce_gbs.  The host term is what makes a star or a tree cheap on a host
+ * with fewer cores than ranks.  Identical on every rank. */
 struct coll_model {
     double alpha_us;
-    double beta_gbs;
+    double core_gbs;
+    double host_gbs;
     double reduce_gbs;
+    int local_ranks;
 };
 
 struct coll_tp_state {

@@ -1,14 +1,18 @@
-/* The planner's link model.  An alpha-beta model (time = messages x alpha + bytes
- * / beta, plus bytes reduced / reduce bandwidth) predicts each algorithm's time
- * for a call (struct coll_algo.predict); lib/algo.c picks the lowest.
+/* The planner's machine model (struct coll_model in internal.h): each
+ * algorithm's predict() describes a call as hops, the bytes of its busiest rank,
+ * the bytes of all ranks and the bytes reduced, and coll_model_time() turns that
+ * into microseconds; lib/algo.c picks the lowest.
  *
- * alpha and beta come from COLL_LINK_LATENCY_NS / COLL_LINK_BW_MBS, or are
- * measured once at init with the ring itself: the best of a few 4-byte
- * allreduces (ceil(log2 n) hops) gives alpha, one 1 MiB allgather gives beta.
- * Every rank then takes the slowest measurement of any rank (an allreduce with
- * max), so the model, and with it every later choice, is the same everywhere. */
+ * alpha and the bandwidths come from COLL_LINK_LATENCY_NS / COLL_LINK_BW_MBS, or
+ * are measured once at init with the ring itself: the best of five 4-byte
+ * allreduces (ceil(log2 n) hops) gives alpha, the best of three 1 MiB allgathers
+ * gives a core's copy speed (a core per rank) or the host's (more ranks than
+ * cores).  Every rank then takes the slowest figures of any rank (an allreduce
+ * with max), so the model, and with it every later choice, is the same
+ * everywhere. */
 #include <math.h>
 #include <string.h>
+#include <sys/sysinfo.h>
 
 #include "algo.h"
 #include "exec.h"
@@ -25,25 +29,31 @@ static int plan_log2_ceil(int n)
 collResult_t coll_plan_init(struct coll_comm *comm)
 {
     struct coll_model *m = &comm->model;
+    int n = comm->nranks;
+    int cores = get_nprocs();
+    int local = 0;
+    uint64_t me = comm->peers[comm->rank].info.host_hash;
+    for (int k = 0; k < n; k++)
+        local += comm->peers[k].info.host_hash == me;
     int64_t lat = coll_param_int(COLL_PARAM_LINK_LATENCY_NS);
     int64_t bw = coll_param_int(COLL_PARAM_LINK_BW_MBS);
+    m->local_ranks = local;
     m->alpha_us = lat > 0 ? (double)lat / 1e3 : 10.0;
-    m->beta_gbs = bw > 0 ? (double)bw / 1e3 : 1.0;
+    m->core_gbs = bw > 0 ? (double)bw / 1e3 : 1.0;
+    m->host_gbs = m->core_gbs * (local < cores ? local : cores);
     m->reduce_gbs = 10.0;
-    int n = comm->nranks;
     if (n == 1 || (lat > 0 && bw > 0))
         return collSuccess;
 
     const struct coll_algo *ring = &coll_algo_ring;
-    double probe[2] = {1e300, 1e300};
+    double alpha = 1e300;
     float one = 1.0f, out;
     for (int rep = 0; rep < 5; rep++) {
         struct coll_args a = {&one, &out, 1, collFloat, collSum, 0};
         coll_exec_begin(comm, "plan probe");
         int64_t t0 = coll_now_ns();
         COLL_CHECK(ring->run[COLL_FUNC_ALLREDUCE](comm, &a));
-        double us = (double)(coll_now_ns() - t0) / 1e3;
-        probe[0] = fmin(probe[0], us / plan_log2_ceil(n));
+        alpha = fmin(alpha, (double)(coll_now_ns() - t0) / 1e3 / plan_log2_ceil(n));
     }
     size_t per = (1u << 20) / (size_t)n;
     char *buf;
@@ -57,20 +67,33 @@ collResult_t coll_plan_init(struct coll_comm *comm)
         COLL_CHECK(ring->run[COLL_FUNC_ALLGATHER](comm, &g));
         best_us = fmin(best_us, (double)(coll_now_ns() - t0) / 1e3);
     }
-    double us = best_us - (n - 1) * probe[0];
-    double moved = (double)(n - 1) * (double)per;
-    probe[1] = us > 0 ? moved / (us * 1e3) : 10.0; /* GB/s */
-    /* Agree: the largest alpha and (negated) the smallest beta of all ranks. */
-    double agree[2] = {probe[0], -probe[1]}, res[2];
-    struct coll_args a = {agree, res, 2, collDouble, collMax, 0};
+    /* In the allgather every rank sends and receives (n-1) x per bytes, all at
+     * once: with a core per rank that is one core's speed, with more ranks than
+     * cores it is the host's. */
+    double us = fmax(best_us - (n - 1) * alpha, 1.0);
+    double rank_gbs = 2.0 * (n - 1) * (double)per / (us * 1e3);
+    double core_gbs, host_gbs;
+    if (local <= cores) {
+        core_gbs = rank_gbs;
+        host_gbs = rank_gbs * local;
+    } else {
+        host_gbs = rank_gbs * local;
+        core_gbs = host_gbs / cores;
+    }
+    /* Agree: the largest alpha and the smallest bandwidths of all ranks. */
+    double agree[3] = {alpha, -core_gbs, -host_gbs}, res[3];
+    struct coll_args a = {agree, res, 3, collDouble, collMax, 0};
     coll_exec_begin(comm, "plan probe");
     COLL_CHECK(ring->run[COLL_FUNC_ALLREDUCE](comm, &a));
     if (lat <= 0)
         m->alpha_us = res[0];
-    if (bw <= 0)
-        m->beta_gbs = -res[1];
-    COLL_INFO(COLL_SUBSYS_ALGO, "link model: alpha %.1f us, beta %.2f GB/s, reduce %.1f GB/s%s",
-              m->alpha_us, m->beta_gbs, m->reduce_gbs,
+    if (bw <= 0) {
+        m->core_gbs = -res[1];
+        m->host_gbs = -res[2];
+    }
+    COLL_INFO(COLL_SUBSYS_ALGO, "machine model: alpha %.1f us, core %.2f GB/s, host %.2f GB/s "
+              "(%d local ranks, %d cores), reduce %.1f GB/s%s", m->alpha_us, m->core_gbs,
+              m->host_gbs, local, cores, m->reduce_gbs,
               lat > 0 || bw > 0 ? " (partly from COLL_LINK_*)" : " (measured)");
     return collSuccess;
 }
