@@ -11,6 +11,14 @@ void coll_ring_chunk(size_t count, int nparts, int j, size_t *off_p, size_t *len
 void coll_ring_neighbors(int rank, int n, int *prev_p, int *next_p);
 /* Number of slices of at most slice_elems elements that cover count elements (>= 1). */
 size_t coll_slices(size_t count, size_t slice_elems);
+/* ceil(log2 n) for n >= 1: the hops of a tree or of Bruck's allgather. */
+static inline int coll_log2_ceil(int n)
+{
+    int k = 0;
+    while ((1 << k) < n)
+        k++;
+    return k;
+}
 /* (a mod n) for any sign of a, in [0, n). */
 static inline int coll_mod(long a, int n)
 {

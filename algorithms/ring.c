@@ -414,14 +414,6 @@ static bool ring_can_run(const struct coll_comm *comm, enum coll_func f,
     return true;
 }
 
-static int ring_log2_ceil(int n)
-{
-    int k = 0;
-    while ((1 << k) < n)
-        k++;
-    return k;
-}
-
 /* Every rank of a ring moves the same bytes, so the host moves n times a rank's. */
 static double ring_predict(const struct coll_comm *comm, enum coll_func f,
                            const struct coll_args *a, const struct coll_model *m)
@@ -434,7 +426,7 @@ static double ring_predict(const struct coll_comm *comm, enum coll_func f,
     switch (f) {
     case COLL_FUNC_ALLREDUCE:
         if (S <= (double)comm->small_bytes)
-            return coll_model_time(m, n, ring_log2_ceil(n), 2 * (n - 1) * S,
+            return coll_model_time(m, n, coll_log2_ceil(n), 2 * (n - 1) * S,
                                    2.0 * n * (n - 1) * S, (n - 1) * S);
         return coll_model_time(m, n, 2 * (n - 1), 4 * frac * S, 4.0 * (n - 1) * S, frac * S);
     case COLL_FUNC_BROADCAST:

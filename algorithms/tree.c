@@ -484,9 +484,7 @@ static double tree_predict(const struct coll_comm *comm, enum coll_func f,
     double maxbytes = 0, total = 0, maxred = 0;
     /* Both trees reach rank 1's position from the root's child, a power of two,
      * by halving: the height is exactly ceil(log2 n). */
-    int height = 0;
-    while ((1 << height) < n)
-        height++;
+    int height = coll_log2_ceil(n);
     for (int r = 0; r < n; r++) {
         double bytes = 0, red = 0;
         for (int t = 0; t < ntrees; t++) {

@@ -16,15 +16,8 @@
 
 #include "algo.h"
 #include "exec.h"
+#include "pattern.h"
 #include "reduce.h"
-
-static int plan_log2_ceil(int n)
-{
-    int k = 0;
-    while ((1 << k) < n)
-        k++;
-    return k;
-}
 
 collResult_t coll_plan_init(struct coll_comm *comm)
 {
@@ -53,7 +46,7 @@ collResult_t coll_plan_init(struct coll_comm *comm)
         coll_exec_begin(comm, "plan probe");
         int64_t t0 = coll_now_ns();
         COLL_CHECK(ring->run[COLL_FUNC_ALLREDUCE](comm, &a));
-        alpha = fmin(alpha, (double)(coll_now_ns() - t0) / 1e3 / plan_log2_ceil(n));
+        alpha = fmin(alpha, (double)(coll_now_ns() - t0) / 1e3 / coll_log2_ceil(n));
     }
     size_t per = (1u << 20) / (size_t)n;
     char *buf;
