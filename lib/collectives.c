@@ -76,6 +76,7 @@ static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
 {
     const struct coll_algo *algo;
     COLL_CHECK(coll_algo_select(comm, f, a, &algo));
+    comm->last_algo_name = algo->name;
     atomic_fetch_add(&comm->busy, 1);
     comm->seq++;
     coll_exec_begin(comm, coll_func_name(f));

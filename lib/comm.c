@@ -297,6 +297,11 @@ COLL_API collResult_t collCommUserRank(const collComm_t comm, int *rank)
     return collSuccess;
 }
 
+const char *coll_comm_last_algo(const struct coll_comm *comm)
+{
+    return comm->last_algo_name ? comm->last_algo_name : "none";
+}
+
 COLL_API const char *collGetLastError(collComm_t comm)
 {
     return comm ? comm->last_error : tls_last_error;

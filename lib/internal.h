@@ -80,6 +80,7 @@ struct coll_comm {
     struct coll_model model;
     uint32_t algo_mask[COLL_FUNC_COUNT]; /* algorithms COLL_ALGO allows, per collective */
     int last_algo[COLL_FUNC_COUNT];      /* for logging changes of choice */
+    const char *last_algo_name;          /* algorithm of the last call: "ring", "p2p" */
 
     _Atomic int async_error;       /* collResult_t that poisoned the comm */
     atomic_bool aborting;
@@ -102,6 +103,10 @@ int64_t coll_now_ns(void);
  * the calling thread's last error. */
 collResult_t coll_comm_create(struct coll_comm **comm_p, int nranks, const struct coll_id *id,
                               int rank);
+
+/* The algorithm that ran the last collective or point-to-point call on comm
+ * ("ring", "tree", "naive", "p2p"), or "none"; for the perf tools. */
+const char *coll_comm_last_algo(const struct coll_comm *comm);
 
 /* Scratch of at least bytes, owned by comm. */
 collResult_t coll_comm_scratch(struct coll_comm *comm, size_t bytes, void **p_p);

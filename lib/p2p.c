@@ -436,6 +436,7 @@ static collResult_t p2p_check(struct coll_comm *comm, const char *fn, const char
         coll_set_error(NULL, "%s: comm is NULL", fn);
         return collInvalidArgument;
     }
+    comm->last_algo_name = "p2p";
     if (buf == NULL && count > 0) {
         coll_set_error(comm, "%s: %s is NULL with count %zu", fn, bufname, count);
         return collInvalidArgument;

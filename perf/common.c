@@ -383,6 +383,8 @@ struct perf_run {
     bool json_first;
     double bw_sum;
     int bw_count;
+    char algos[512];        /* "ring from 8, naive from 32768": what the library chose */
+    const char *last_algo;
 };
 
 struct perf_rank {
@@ -400,6 +402,7 @@ struct perf_rank {
     uint64_t rep;  /* seed of the next check, the same sequence on every rank */
     int errors;    /* results with wrong elements, the same count on every rank */
     bool poisoned; /* a call failed: abort rather than destroy */
+    const char *algo; /* the algorithm that ran the last timed call */
 
     /* Read by the watchdog thread. */
     _Atomic int64_t busy_since_ns; /* 0 outside library calls */
@@ -698,6 +701,17 @@ static void perf_place(struct perf_rank *pr, struct perf_case *c, bool in_place,
     c->recvp = in_place ? recv + c->lay.recv_ip_offset * elt * (size_t)pr->rank : recv;
 }
 
+/* Records which algorithm the library ran, once per change of algorithm. */
+static void perf_note_algo(struct perf_run *run, const char *algo, size_t size)
+{
+    if (algo == NULL || (run->last_algo != NULL && strcmp(run->last_algo, algo) == 0))
+        return;
+    size_t len = strlen(run->algos);
+    snprintf(run->algos + len, sizeof(run->algos) - len, "%s%s from %zu", len ? ", " : "", algo,
+             size);
+    run->last_algo = algo;
+}
+
 /* One call.  As nccl-tests does, successive iterations move through the whole
  * maxBytes buffers, so that small sizes are not timed from a warm cache only. */
 static int perf_start(struct perf_rank *pr, struct perf_case *c, bool in_place, int iter)
@@ -710,6 +724,7 @@ static int perf_start(struct perf_rank *pr, struct perf_case *c, bool in_place, 
     perf_place(pr, c, in_place, total * ((size_t)iter % steps));
     PERF_TRY(pr, coll->name,
              coll->run(c->sendp, c->recvp, c->lay.param_count, c->type, c->op, c->root, pr->comm));
+    pr->algo = coll_comm_last_algo(pr->comm);
     if (pr->run->opts.blocking)
         return perf_barrier(pr);
     return 0;
@@ -817,8 +832,10 @@ static int perf_time_test(struct perf_rank *pr, collDataType_t type, collRedOp_t
                    root);
         if (perf_bench(pr, &c, false, &oop) != 0)
             return -1;
-        if (pr->rank == 0)
+        if (pr->rank == 0) {
             perf_print_result(run, &oop);
+            perf_note_algo(run, pr->algo, shown);
+        }
         if (perf_bench(pr, &c, true, &ip) != 0)
             return -1;
         if (pr->rank == 0) {
@@ -937,10 +954,14 @@ static int perf_rank_work(struct perf_rank *pr)
         double avg = run->bw_count ? run->bw_sum / run->bw_count : 0.0;
         printf("# Out of bounds values : %d %s\n", pr->errors, pr->errors ? "FAILED" : "OK");
         printf("# Avg bus bandwidth    : %g \n", avg);
+        if (run->algos[0])
+            printf("# Algorithm by size (bytes): %s\n", run->algos);
         printf("#\n");
         if (run->json != NULL)
-            fprintf(run->json, "\n  ],\n  \"out_of_bounds\": %d,\n  \"avg_busbw\": %.6f\n}\n",
-                    pr->errors, perf_json_num(avg));
+            fprintf(run->json,
+                    "\n  ],\n  \"out_of_bounds\": %d,\n  \"avg_busbw\": %.6f,\n"
+                    "  \"algorithms\": \"%s\"\n}\n",
+                    pr->errors, perf_json_num(avg), run->algos);
     }
     return pr->errors ? PERF_EXIT_FAIL : PERF_EXIT_OK;
 }

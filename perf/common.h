@@ -49,6 +49,10 @@ struct perf_case {
     size_t check_count; /* preset to lay.recv_count; 0 checks nothing on this rank */
 };
 
+/* Internal to the library, linked from its static archive: the algorithm that ran
+ * the last call on comm ("ring", "tree", "naive", "p2p"). */
+const char *coll_comm_last_algo(const struct coll_comm *comm);
+
 struct perf_coll {
     const char *name; /* "allreduce": for messages and the JSON output */
     bool has_op;      /* loops over -o; otherwise the redop column reads "none" */
