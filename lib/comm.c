@@ -103,6 +103,8 @@ static void comm_tune(struct coll_comm *comm)
     for (int k = 0; k < comm->nranks; k++)
         local += comm->peers[k].info.host_hash == me;
     int cores = get_nprocs();
+    comm->local_ranks = local;
+    comm->cores = cores;
     comm->oversubscribed = local > cores;
 
     /* Slices: with a core per rank, large slices cost fewest system calls.  With

@@ -76,6 +76,8 @@ struct coll_comm {
     int64_t spin_ns;               /* busy-poll this long before blocking */
     bool spin_yield;               /* yield the core while spinning */
     bool oversubscribed;           /* more ranks on this host than cores */
+    int local_ranks;               /* ranks on this host (same host hash) */
+    int cores;                     /* online cores of this host */
     size_t small_bytes;
     struct coll_model model;
     uint32_t algo_mask[COLL_FUNC_COUNT]; /* algorithms COLL_ALGO allows, per collective */

@@ -4,15 +4,13 @@
  * into microseconds; lib/algo.c picks the lowest.
  *
  * alpha and the bandwidths come from COLL_LINK_LATENCY_NS / COLL_LINK_BW_MBS, or
- * are measured once at init with the ring itself: the best of five 4-byte
+ * are measured once at init with the ring itself: the best of ten 4-byte
  * allreduces (ceil(log2 n) hops) gives alpha, the best of three 1 MiB allgathers
  * gives a core's copy speed (a core per rank) or the host's (more ranks than
- * cores).  Every rank then takes the slowest figures of any rank (an allreduce
- * with max), so the model, and with it every later choice, is the same
- * everywhere. */
+ * cores).  Every rank then takes the slowest rank's figures (an allreduce with
+ * max), so the model, and with it every later choice, is the same everywhere. */
 #include <math.h>
 #include <string.h>
-#include <sys/sysinfo.h>
 
 #include "algo.h"
 #include "exec.h"
@@ -23,11 +21,7 @@ collResult_t coll_plan_init(struct coll_comm *comm)
 {
     struct coll_model *m = &comm->model;
     int n = comm->nranks;
-    int cores = get_nprocs();
-    int local = 0;
-    uint64_t me = comm->peers[comm->rank].info.host_hash;
-    for (int k = 0; k < n; k++)
-        local += comm->peers[k].info.host_hash == me;
+    int cores = comm->cores, local = comm->local_ranks; /* from comm_tune */
     int64_t lat = coll_param_int(COLL_PARAM_LINK_LATENCY_NS);
     int64_t bw = coll_param_int(COLL_PARAM_LINK_BW_MBS);
     m->local_ranks = local;
@@ -41,7 +35,7 @@ collResult_t coll_plan_init(struct coll_comm *comm)
     const struct coll_algo *ring = &coll_algo_ring;
     double alpha = 1e300;
     float one = 1.0f, out;
-    for (int rep = 0; rep < 5; rep++) {
+    for (int rep = 0; rep < 10; rep++) {
         struct coll_args a = {&one, &out, 1, collFloat, collSum, 0};
         coll_exec_begin(comm, "plan probe");
         int64_t t0 = coll_now_ns();
@@ -73,7 +67,10 @@ collResult_t coll_plan_init(struct coll_comm *comm)
         host_gbs = rank_gbs * local;
         core_gbs = host_gbs / cores;
     }
-    /* Agree: the largest alpha and the smallest bandwidths of all ranks. */
+    /* Agree: the largest alpha and the smallest bandwidths of all ranks.  A rank
+     * that entered a probe late times only its tail, so the slowest rank's figure
+     * is the collective's.  The allreduce gives every rank the same bytes, so
+     * every rank computes the same model and later makes the same choices. */
     double agree[3] = {alpha, -core_gbs, -host_gbs}, res[3];
     struct coll_args a = {agree, res, 3, collDouble, collMax, 0};
     coll_exec_begin(comm, "plan probe");
