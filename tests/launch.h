@@ -237,4 +237,21 @@ static inline int launch_run(int nthreads, launch_body_fn body, void *arg)
     return failures ? 1 : 0;
 }
 
+/* main() of a test whose only option is --threads N: runs body as processes
+ * (under a launcher), as one rank, or as N threads. */
+static inline int launch_main(int argc, char **argv, launch_body_fn body, void *arg)
+{
+    int nthreads = 0;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
+            nthreads = launch_parse_threads(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: %s [--threads N]\n", argv[0]);
+            return 2;
+        }
+    }
+    return launch_run(nthreads, body, arg);
+}
+
 #endif

@@ -311,15 +311,5 @@ static void args_body(struct launch_rank *lr)
 
 int main(int argc, char **argv)
 {
-    int nthreads = 0;
-
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            nthreads = launch_parse_threads(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: %s [--threads N]\n", argv[0]);
-            return 2;
-        }
-    }
-    return launch_run(nthreads, args_body, NULL);
+    return launch_main(argc, argv, args_body, NULL);
 }

@@ -348,15 +348,5 @@ static void p2p_body(struct launch_rank *lr)
 
 int main(int argc, char **argv)
 {
-    int nthreads = 0;
-
-    for (int i = 1; i < argc; i++) {
-        if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc) {
-            nthreads = launch_parse_threads(argv[++i]);
-        } else {
-            fprintf(stderr, "usage: %s [--threads N]\n", argv[0]);
-            return 2;
-        }
-    }
-    return launch_run(nthreads, p2p_body, NULL);
+    return launch_main(argc, argv, p2p_body, NULL);
 }
