@@ -25,8 +25,8 @@ struct call_check {
     collStream_t stream;
 };
 
-static collResult_t call_check(struct coll_comm *comm, const struct call_check *c, size_t count,
-                               size_t mult)
+static collResult_t call_check_args(struct coll_comm *comm, const struct call_check *c,
+                                    size_t count, size_t mult)
 {
     if (comm == NULL) {
         coll_set_error(NULL, "%s: comm is NULL", c->fn);
@@ -69,6 +69,17 @@ static collResult_t call_check(struct coll_comm *comm, const struct call_check *
     if (poisoned != collSuccess)
         return poisoned; /* the cause is already in last_error */
     return collSuccess;
+}
+
+/* A call refused inside a group also fails the group, so collGroupEnd reports
+ * it and issues none of the group's calls. */
+static collResult_t call_check(struct coll_comm *comm, const struct call_check *c, size_t count,
+                               size_t mult)
+{
+    collResult_t res = call_check_args(comm, c, count, mult);
+    if (res != collSuccess && coll_group_active())
+        coll_group_fail(res);
+    return res;
 }
 
 static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,

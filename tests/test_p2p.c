@@ -287,6 +287,18 @@ static void test_refused(struct launch_rank *lr)
     LR_CHECK_RES(lr, collRecv(&w, 1, collInt32, n + 3, c, NULL), collInvalidArgument, c);
     LR_CHECK_RES(lr, collGroupEnd(), collInvalidArgument, c);
     LR_CHECK(lr, w == -1, "a refused group ran");
+    /* The same for a collective refused inside a group: the group's send and its
+     * valid allreduce are not issued either. */
+    int32_t x = 7, y = -1;
+    w = -1;
+    MUST(lr, collGroupStart());
+    MUST(lr, collSend(&v, 1, collInt32, (lr->rank + 1) % n, c, NULL));
+    MUST(lr, collRecv(&w, 1, collInt32, (lr->rank + n - 1) % n, c, NULL));
+    MUST(lr, collAllReduce(&x, &y, 1, collInt32, collSum, c, NULL));
+    LR_CHECK_RES(lr, collAllReduce(&x, &y, 1, collInt32, (collRedOp_t)collNumOps, c, NULL),
+                 collInvalidArgument, c);
+    LR_CHECK_RES(lr, collGroupEnd(), collInvalidArgument, c);
+    LR_CHECK(lr, w == -1 && y == -1, "a group with a refused collective ran");
     /* The comm is still usable. */
     test_ring(lr, 3);
 }
