@@ -501,21 +501,33 @@ static double naive_predict(const struct coll_comm *comm, enum coll_func f,
         return 0;
     /* The root is the busiest rank; every byte it sends or receives crosses a
      * link once, so the host moves twice the root's bytes. */
+    double phases = 2; /* to the root, then from it */
+    double rank_bytes, reduce_bytes = 0;
     switch (f) {
     case COLL_FUNC_ALLREDUCE:
-        return coll_model_time(m, ni, 2, 2 * (n - 1) * S, 4 * (n - 1) * S, (n - 1) * S);
+        rank_bytes = 2 * (n - 1) * S;
+        reduce_bytes = (n - 1) * S;
+        break;
     case COLL_FUNC_REDUCE:
-        return coll_model_time(m, ni, 1, (n - 1) * S, 2 * (n - 1) * S, (n - 1) * S);
     case COLL_FUNC_BROADCAST:
-        return coll_model_time(m, ni, 1, (n - 1) * S, 2 * (n - 1) * S, 0);
+        phases = 1;
+        rank_bytes = (n - 1) * S;
+        reduce_bytes = f == COLL_FUNC_REDUCE ? (n - 1) * S : 0;
+        break;
     case COLL_FUNC_ALLGATHER: /* count is per rank: S is one block */
-        return coll_model_time(m, ni, 2, n * (n - 1) * S, 2 * n * (n - 1) * S, 0);
+        rank_bytes = n * (n - 1) * S;
+        break;
     case COLL_FUNC_REDUCE_SCATTER:
-        return coll_model_time(m, ni, 2, (n - 1) * (n + 1) * S, 2 * (n - 1) * (n + 1) * S,
-                               (n - 1) * n * S);
+        rank_bytes = (n - 1) * (n + 1) * S;
+        reduce_bytes = (n - 1) * n * S;
+        break;
     default:
         return 1e300;
     }
+    /* The root handles every message, one after the other. */
+    return coll_model_cost(m, ni, &(struct coll_cost){
+        .rounds = phases, .msgs = phases * (n - 1), .busiest_msgs = phases * (n - 1),
+        .rank_bytes = rank_bytes, .total_bytes = 2 * rank_bytes, .reduce_bytes = reduce_bytes});
 }
 
 const struct coll_algo coll_algo_naive = {

@@ -1,6 +1,8 @@
 /* The pipelined exchange engine (see pipe.h for the dependency rules). */
 #include "pipe.h"
 
+#include <string.h>
+
 #include "exec.h"
 
 #define PIPE_SLOTS 64 /* > COLL_PIPE_MAX_WINDOW and the send window */
@@ -21,9 +23,40 @@ collResult_t coll_pipe_run(struct coll_pipe *p)
     struct coll_wait w;
     coll_exec_wait_init(comm, &w, p->piece_bytes);
 
+    /* Zero copy: pieces are read where the peer's transport put them. */
+    bool zc = recv_total > 0 && p->recv_conn->tp->recv_peek != NULL;
+    struct coll_req zreq = {.conn = p->recv_conn}; /* stands for the lent receive in waits */
+    size_t zoff = 0;                              /* bytes of piece rd taken so far */
+
     while (sd < send_total || rd < recv_total) {
         bool moved = false;
-        while (rp < recv_total && rp - rd < window &&
+        while (zc && rd < recv_total &&
+               (p->recv_lag == 0 || rd < p->recv_lag || sd + p->recv_lag > rd)) {
+            void *buf;
+            size_t bytes, len = 0;
+            const void *src = NULL;
+            p->recv_buf(p->ctx, rd, &buf, &bytes);
+            if (zoff < bytes) {
+                COLL_CHECK(coll_exec_peek(comm, p->recv_conn, bytes - zoff, &src, &len));
+                if (src == NULL)
+                    break;
+                if (p->consume)
+                    p->consume(p->ctx, rd, zoff, src, len);
+                else
+                    memcpy((char *)buf + zoff, src, len);
+                coll_exec_release(p->recv_conn);
+                zoff += len;
+                moved = true;
+            }
+            if (zoff == bytes) {
+                if (p->process && !p->consume)
+                    p->process(p->ctx, rd, buf);
+                rd++;
+                zoff = 0;
+                moved = true;
+            }
+        }
+        while (!zc && rp < recv_total && rp - rd < window &&
                (p->recv_lag == 0 || rp < p->recv_lag || sd + p->recv_lag > rp)) {
             void *buf;
             size_t bytes;
@@ -42,7 +75,7 @@ collResult_t coll_pipe_run(struct coll_pipe *p)
             sp++;
             moved = true;
         }
-        while (rd < rp) {
+        while (!zc && rd < rp) {
             bool done;
             COLL_CHECK(coll_exec_test(comm, &rreq[rd % PIPE_SLOTS], &done));
             if (!done)
@@ -66,7 +99,9 @@ collResult_t coll_pipe_run(struct coll_pipe *p)
         }
         struct coll_req *pending[2];
         int np = 0;
-        if (rd < rp)
+        if (zc && rd < recv_total)
+            pending[np++] = &zreq;
+        else if (rd < rp)
             pending[np++] = rreq[rd % PIPE_SLOTS];
         if (sd < sp)
             pending[np++] = sreq[sd % PIPE_SLOTS];

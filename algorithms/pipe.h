@@ -10,7 +10,9 @@
  *   send i     waits for  processed > i - send_lag    (when send_after_recv)
  *   receive i  waits for  processed > i - window      (buffer reuse)
  *              and        sends-done > i - recv_lag   (when recv_lag > 0)
- * Receives are posted before sends in every pass.
+ * Receives are posted before sends in every pass.  Over a transport that lends
+ * received bytes in place (shared memory), pieces are taken in order as they
+ * arrive under the same rules, without posting receives.
  */
 #ifndef COLL_PIPE_H
 #define COLL_PIPE_H
@@ -34,6 +36,12 @@ struct coll_pipe {
     void (*send_buf)(void *ctx, size_t i, const void **p, size_t *bytes);
     void (*recv_buf)(void *ctx, size_t i, void **p, size_t *bytes);
     void (*process)(void *ctx, size_t i, void *recvd); /* optional */
+    /* Optional, for transports that lend the bytes where the peer put them
+     * (recv_peek): takes `len` bytes of piece i at byte offset `off` from src and
+     * does what receiving into recv_buf and then process would have done (reduce
+     * from src straight into the output), saving a copy.  Without it such bytes
+     * are copied into recv_buf's buffer and processed as usual. */
+    void (*consume)(void *ctx, size_t i, size_t off, const void *src, size_t len);
 };
 
 #define COLL_PIPE_MAX_WINDOW 32

@@ -163,6 +163,32 @@ static void ring_process(void *vctx, size_t i, void *recvd)
         coll_reduce_div(x->a->dtype, dst, dst, len, x->n);
 }
 
+/* Zero copy (pipe.h): reduces from the peer's bytes straight into the output,
+ * or copies them there in the allgather steps; ring_process without the copy. */
+static void ring_consume(void *vctx, size_t i, size_t boff, const void *src, size_t len)
+{
+    struct ring_ctx *x = vctx;
+    int s, seg;
+    size_t off, elen;
+    ring_where(x, i, false, &s, &seg, &off, &elen);
+    size_t at = off * x->esize + boff;
+    if (s >= x->nrs) {
+        memcpy(x->out + at, src, len);
+        return;
+    }
+    char *dst;
+    if (!x->rs_out_block)
+        dst = x->out + at;
+    else if (s == x->nrs - 1)
+        dst = x->out + ring_koff(x, i, seg) * x->esize + boff;
+    else
+        dst = x->partial[s & 1] + ring_koff(x, i, seg) * x->esize + boff;
+    size_t n = len / x->esize;
+    coll_reduce(x->a->op, x->a->dtype, dst, src, x->in + at, n);
+    if (s == x->nrs - 1 && x->a->op == collAvg)
+        coll_reduce_div(x->a->dtype, dst, dst, n, x->n);
+}
+
 static collResult_t ring_conns(struct coll_comm *comm, struct coll_conn **send_p,
                                struct coll_conn **recv_p)
 {
@@ -188,7 +214,7 @@ static collResult_t ring_run(struct ring_ctx *x, int nsteps)
                           .send_after_recv = true, .send_lag = x->K, .recv_lag = x->K,
                           .window = x->slots ? x->nslots : 8, .ctx = x,
                           .send_buf = ring_send_buf, .recv_buf = ring_recv_buf,
-                          .process = ring_process};
+                          .process = ring_process, .consume = ring_consume};
     size_t off0, len0;
     ring_seg(x, 0, &off0, &len0);
     p.piece_bytes = (len0 + x->K - 1) / x->K * x->esize;
@@ -423,25 +449,33 @@ static double ring_predict(const struct coll_comm *comm, enum coll_func f,
     double frac = (double)(n - 1) / n;
     if (n == 1)
         return 0;
+    int R = coll_log2_ceil(n);
     switch (f) {
     case COLL_FUNC_ALLREDUCE:
-        if (S <= (double)comm->small_bytes)
-            return coll_model_time(m, n, coll_log2_ceil(n), 2 * (n - 1) * S,
-                                   2.0 * n * (n - 1) * S, (n - 1) * S);
-        return coll_model_time(m, n, 2 * (n - 1), 4 * frac * S, 4.0 * (n - 1) * S, frac * S);
+        if (S <= (double)comm->small_bytes) /* Bruck's allgather, then a local reduce */
+            return coll_model_cost(m, n, &(struct coll_cost){
+                .rounds = R, .msgs = (double)n * R, .busiest_msgs = 2.0 * R,
+                .rank_bytes = 2 * (n - 1) * S, .total_bytes = 2.0 * n * (n - 1) * S,
+                .reduce_bytes = (n - 1) * S});
+        return coll_model_cost(m, n, &(struct coll_cost){
+            .rounds = 2 * (n - 1), .msgs = 2.0 * n * (n - 1), .busiest_msgs = 4.0 * (n - 1),
+            .rank_bytes = 4 * frac * S, .total_bytes = 4.0 * (n - 1) * S,
+            .reduce_bytes = frac * S});
     case COLL_FUNC_BROADCAST:
     case COLL_FUNC_REDUCE: {
-        /* A pipelined chain: n-1 hops to fill it, then the buffer at link speed. */
+        /* A pipelined chain: n-1 rounds to fill it, then the buffer at link speed. */
         double slice = fmin(S, (double)comm->chunk_bytes);
-        double rank_bytes = 2 * S + 2 * (n - 2) * slice;
-        return coll_model_time(m, n, n - 1, rank_bytes, 2.0 * (n - 1) * S,
-                               f == COLL_FUNC_REDUCE ? S : 0);
+        return coll_model_cost(m, n, &(struct coll_cost){
+            .rounds = n - 1, .msgs = n - 1, .busiest_msgs = 2,
+            .rank_bytes = 2 * S + 2 * (n - 2) * slice, .total_bytes = 2.0 * (n - 1) * S,
+            .reduce_bytes = f == COLL_FUNC_REDUCE ? S : 0});
     }
-    case COLL_FUNC_ALLGATHER: /* count is per rank: the buffer is n x count */
-        return coll_model_time(m, n, n - 1, 2 * (n - 1) * S, 2.0 * n * (n - 1) * S, 0);
+    case COLL_FUNC_ALLGATHER:      /* count is per rank: the buffer is n x count */
     case COLL_FUNC_REDUCE_SCATTER:
-        return coll_model_time(m, n, n - 1, 2 * (n - 1) * S, 2.0 * n * (n - 1) * S,
-                               (n - 1) * S);
+        return coll_model_cost(m, n, &(struct coll_cost){
+            .rounds = n - 1, .msgs = (double)n * (n - 1), .busiest_msgs = 2.0 * (n - 1),
+            .rank_bytes = 2 * (n - 1) * S, .total_bytes = 2.0 * n * (n - 1) * S,
+            .reduce_bytes = f == COLL_FUNC_REDUCE_SCATTER ? (n - 1) * S : 0});
     default:
         return 1e300;
     }

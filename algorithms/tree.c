@@ -59,6 +59,7 @@
  * latency of small messages on many ranks.
  */
 #include <assert.h>
+#include <math.h>
 #include <string.h>
 
 #include "algo.h"
@@ -481,34 +482,40 @@ static double tree_predict(const struct coll_comm *comm, enum coll_func f,
     bool allreduce = f == COLL_FUNC_ALLREDUCE;
     int ntrees = allreduce && S >= (double)TREE_SPLIT_MIN_BYTES ? 2 : 1;
     double part = ntrees == 2 ? S / 2 : S; /* the bigger half goes on tree A */
-    double maxbytes = 0, total = 0, maxred = 0;
+    double maxbytes = 0, total = 0, maxred = 0, maxmsgs = 0;
     /* Both trees reach rank 1's position from the root's child, a power of two,
      * by halving: the height is exactly ceil(log2 n). */
     int height = coll_log2_ceil(n);
+    int phases = allreduce ? 2 : 1; /* allreduce uses each edge both ways */
     for (int r = 0; r < n; r++) {
-        double bytes = 0, red = 0;
+        double bytes = 0, red = 0, msgs = 0;
         for (int t = 0; t < ntrees; t++) {
             int parent, nc, up;
             tree_place(r, n, t == 1, &parent, &nc);
             up = parent >= 0;
             double b = t == 0 ? part : S - part;
-            /* Bytes sent + received: allreduce uses each edge both ways. */
-            bytes += (allreduce ? 2 : 1) * (nc + up) * b;
+            bytes += phases * (nc + up) * b; /* sent + received */
+            msgs += phases * (nc + up);
             red += nc * b;
         }
         total += bytes;
         maxbytes = bytes > maxbytes ? bytes : maxbytes;
+        maxmsgs = msgs > maxmsgs ? msgs : maxmsgs;
         maxred = red > maxred ? red : maxred;
     }
     double slice = part < (double)comm->chunk_bytes ? part : (double)comm->chunk_bytes;
     double fill = 2 * (height - 1) * slice; /* the pipeline filling up */
+    double K = slice > 0 ? ceil(part / slice) : 1; /* slices per tree: a message each */
+    struct coll_cost c = {.rounds = phases * height, .msgs = phases * ntrees * (n - 1) * K,
+                          .busiest_msgs = maxmsgs * K, .rank_bytes = maxbytes + phases * fill,
+                          .total_bytes = total};
     switch (f) {
     case COLL_FUNC_BROADCAST:
-        return coll_model_time(m, n, height, maxbytes + fill, total, 0);
+        return coll_model_cost(m, n, &c);
     case COLL_FUNC_REDUCE:
-        return coll_model_time(m, n, height, maxbytes + fill, total, maxred);
     case COLL_FUNC_ALLREDUCE:
-        return coll_model_time(m, n, 2 * height, maxbytes + 2 * fill, total, maxred);
+        c.reduce_bytes = maxred;
+        return coll_model_cost(m, n, &c);
     default:
         return 1e300;
     }

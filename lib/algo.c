@@ -124,7 +124,8 @@ collResult_t coll_algo_check_env(struct coll_comm *comm)
     return collSuccess;
 }
 
-#define ALGO_MARGIN 1.2
+#define ALGO_MARGIN 1.1
+#define ALGO_MARGIN_BYTES (64 * 1024)
 
 collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
                               const struct coll_algo **algo_p)
@@ -138,10 +139,15 @@ collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const st
         /* The inputs of the prediction (model, count, type, nranks) are the same on
          * every rank, so every rank picks the same algorithm. */
         double us = al->predict ? al->predict(comm, f, a, &comm->model) : 1e300;
+        COLL_TRACE_LOG(COLL_SUBSYS_ALGO, "%s of %zu x %s: %s predicted %.1f us",
+                       coll_func_name(f), a->count, coll_dtype_name(a->dtype), al->name, us);
         /* The model is rough where every algorithm is bound by the same copies:
-         * another algorithm must beat the table's first (the ring, which is
-         * bandwidth-optimal and best pipelined) by ALGO_MARGIN to replace it. */
-        if (best == 0 && i > 0)
+         * there another algorithm must beat the table's first (the ring, which is
+         * bandwidth-optimal and best pipelined) by ALGO_MARGIN to replace it.
+         * Below ALGO_MARGIN_BYTES, where rounds and messages dominate, the
+         * fitted message terms decide alone. */
+        size_t bytes = a->count * coll_dtype_size(a->dtype);
+        if (best == 0 && i > 0 && bytes >= ALGO_MARGIN_BYTES)
             us *= ALGO_MARGIN;
         if (best < 0 || us < best_us) {
             best = i;

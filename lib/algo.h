@@ -31,17 +31,26 @@ extern const struct coll_algo coll_algo_tree;
 extern const struct coll_algo coll_algo_naive;
 
 const char *coll_func_name(enum coll_func f);
-/* Predicted microseconds of a schedule: hops messages in sequence; max_rank_bytes
- * sent + received by the busiest rank; total_bytes sent + received by all ranks;
- * reduce_bytes reduced on the critical path. */
-static inline double coll_model_time(const struct coll_model *m, int nranks, double hops,
-                                     double max_rank_bytes, double total_bytes,
-                                     double reduce_bytes)
+/* A schedule as the planner sees it.  Bytes are sent + received. */
+struct coll_cost {
+    double rounds;        /* rounds of messages in sequence (the critical path) */
+    double msgs;          /* messages of all ranks */
+    double busiest_msgs;  /* messages sent + received by the busiest rank */
+    double rank_bytes;    /* bytes of the busiest rank */
+    double total_bytes;   /* bytes of all ranks */
+    double reduce_bytes;  /* bytes reduced on the critical path */
+};
+
+/* Predicted microseconds of schedule c on nranks ranks. */
+static inline double coll_model_cost(const struct coll_model *m, int nranks,
+                                     const struct coll_cost *c)
 {
-    double t_rank = max_rank_bytes / (m->core_gbs * 1e3);
-    double t_host = total_bytes * m->local_ranks / nranks / (m->host_gbs * 1e3);
-    return hops * m->alpha_us + (t_rank > t_host ? t_rank : t_host) +
-           reduce_bytes / (m->reduce_gbs * 1e3);
+    double host_share = (double)m->local_ranks / nranks; /* of the messages and bytes */
+    double t_rank = c->rank_bytes / (m->core_gbs * 1e3);
+    double t_host = c->total_bytes * host_share / (m->host_gbs * 1e3);
+    return c->rounds * m->lat_us + c->busiest_msgs * m->msg_us +
+           c->msgs * host_share * m->wake_us / m->cores + (t_rank > t_host ? t_rank : t_host) +
+           c->reduce_bytes / (m->reduce_gbs * 1e3);
 }
 
 /* Sets comm->model: COLL_LINK_LATENCY_NS / COLL_LINK_BW_MBS, else measured with a

@@ -65,6 +65,28 @@ collResult_t coll_exec_irecv(struct coll_comm *comm, struct coll_conn *c, void *
     return res;
 }
 
+collResult_t coll_exec_peek(struct coll_comm *comm, struct coll_conn *c, size_t want,
+                            const void **src_p, size_t *len_p)
+{
+    collResult_t res = c->tp->recv_peek(c, want, src_p, len_p);
+    if (res != collSuccess) {
+        *src_p = NULL;
+        if (atomic_load(&comm->aborting)) {
+            coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
+                           (unsigned long long)comm->seq);
+            coll_comm_poison(comm, collRemoteError);
+            return collRemoteError;
+        }
+        exec_fail(comm, c, res);
+    }
+    return res;
+}
+
+void coll_exec_release(struct coll_conn *c)
+{
+    c->tp->recv_release(c);
+}
+
 collResult_t coll_exec_test(struct coll_comm *comm, struct coll_req **r_p, bool *done_p)
 {
     struct coll_req *r = *r_p;
@@ -136,10 +158,11 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         const struct coll_conn *c = reqs[i] ? reqs[i]->conn : NULL;
         if (c == NULL)
             continue;
-        if (c->tp->wait_prepare != NULL)
-            c->tp->wait_prepare(reqs[i]);
+        if (c->tp->wait_prepare != NULL && c->tp->wait_prepare(reqs[i]))
+            return collSuccess; /* it can move now: test again */
+        short ev = c->is_send && !c->poll_in ? POLLOUT : POLLIN;
         for (int k = 0; k < c->nfds && n < 64; k++)
-            pfds[n++] = (struct pollfd){.fd = c->fds[k], .events = c->is_send ? POLLOUT : POLLIN};
+            pfds[n++] = (struct pollfd){.fd = c->fds[k], .events = ev};
     }
     int64_t ms = (comm->deadline_ns - now) / 1000000 + 1;
     (void)poll(pfds, n, ms > 100 ? 100 : (int)ms);

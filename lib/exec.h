@@ -24,6 +24,13 @@ collResult_t coll_exec_isend(struct coll_comm *comm, struct coll_conn *c, const 
                              size_t n, struct coll_req **r_p);
 collResult_t coll_exec_irecv(struct coll_comm *comm, struct coll_conn *c, void *buf, size_t n,
                              struct coll_req **r_p);
+/* Zero-copy receive (transports with recv_peek): *src_p gets up to want bytes
+ * of the next message where the peer put them, or NULL when none has arrived.
+ * The caller reads them, then calls coll_exec_release.  A failure is described
+ * and poisons the comm, as for coll_exec_test. */
+collResult_t coll_exec_peek(struct coll_comm *comm, struct coll_conn *c, size_t want,
+                            const void **src_p, size_t *len_p);
+void coll_exec_release(struct coll_conn *c);
 /* Tests *r_p; when done sets *r_p = NULL and *done_p.  A NULL request is done.
  * A failure is described (operation, peer, host) and poisons the comm. */
 collResult_t coll_exec_test(struct coll_comm *comm, struct coll_req **r_p, bool *done_p);

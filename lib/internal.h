@@ -28,18 +28,25 @@ struct coll_peer {
     struct coll_conn *recv_conn;
 };
 
-/* The planner's model of the machine: a message costs alpha_us; moving bytes costs
- * the time of the busiest rank (its bytes sent + received at core_gbs, the copy
+/* The planner's model of the machine (lib/plan.c, coll_model_cost in algo.h): a
+ * round of messages costs lat_us; every message costs msg_us of CPU at the rank
+ * that sends or receives it, and, with more ranks than cores, wake_us of a core
+ * to wake its receiver (shared by the host's cores).  Moving bytes costs the
+ * time of the busiest rank (its bytes sent + received at core_gbs, the copy
  * speed of one core) or of the host (the bytes of all its ranks at host_gbs,
  * what all its cores copy together), whichever is longer; reducing b bytes costs
- * b / reduce_gbs.  The host term is what makes a star or a tree cheap on a host
- * with fewer cores than ranks.  Identical on every rank. */
+ * b / reduce_gbs.  The host and wake terms are what make a star or a tree cheap
+ * on a host with fewer cores than ranks.  Identical on every rank. */
 struct coll_model {
-    double alpha_us;
+    double alpha_us;  /* one round of the ring's small allreduce, measured */
+    double lat_us;
+    double msg_us;
+    double wake_us;
     double core_gbs;
     double host_gbs;
     double reduce_gbs;
     int local_ranks;
+    int cores;
 };
 
 struct coll_tp_state {

@@ -45,7 +45,8 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                                    "SO_SNDBUF/SO_RCVBUF of data sockets; 0: 512 KiB on "
                                    "loopback, the kernel's autotuning otherwise"},
     [COLL_PARAM_TRANSPORTS] = {"COLL_TRANSPORTS", COLL_PARAM_TYPE_STR, NULL,
-                               "transports to use, in order (tcp); ^ excludes"},
+                               "transports to use (shm, tcp; same-host peers take shm "
+                               "first); ^ excludes"},
     [COLL_PARAM_ALGO] = {"COLL_ALGO", COLL_PARAM_TYPE_STR, NULL,
                          "algorithm override: ring, or allreduce:ring;broadcast:ring; ^ "
                          "excludes"},
@@ -68,6 +69,11 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
     [COLL_PARAM_LINK_BW_MBS] = {"COLL_LINK_BW_MBS", COLL_PARAM_TYPE_INT, "-1",
                                 "bandwidth of one link in MB/s, for the planner's cost model; "
                                 "-1 measures it at init"},
+    [COLL_PARAM_SHM_SLOT_BYTES] = {"COLL_SHM_SLOT_BYTES", COLL_PARAM_TYPE_SIZE, "0",
+                                   "bytes per slot of a shared-memory ring (4 KiB-64 MiB, a "
+                                   "multiple of 64); 0: 256 KiB"},
+    [COLL_PARAM_SHM_NSLOTS] = {"COLL_SHM_NSLOTS", COLL_PARAM_TYPE_INT, "0",
+                               "slots per shared-memory ring (2-64); 0: 16"},
 };
 
 static pthread_once_t param_once = PTHREAD_ONCE_INIT;

@@ -17,6 +17,23 @@
 #include "pattern.h"
 #include "reduce.h"
 
+/* Splits alpha, one round of the ring's small allreduce (Bruck's allgather: each
+ * rank sends one message and receives one, n messages in all), into the round's
+ * latency, the CPU of the two messages at each rank and, with more ranks than
+ * cores, the wake-ups of all n messages:
+ *     alpha = lat + 2 msg + n wake / cores,  msg = 0.75 lat,  wake = 0.85 lat.
+ * The two ratios were fitted to the 4-byte allreduce of the three algorithms with
+ * 2, 4 and 8 ranks on this project's 2-core test host (docs/algorithms.md); one
+ * measured figure cannot give three. */
+static void coll_model_split_alpha(struct coll_model *m)
+{
+    bool over = m->local_ranks > m->cores;
+    double wake_share = over ? 0.85 * m->local_ranks / m->cores : 0.0;
+    m->lat_us = m->alpha_us / (1.0 + 2 * 0.75 + wake_share);
+    m->msg_us = 0.75 * m->lat_us;
+    m->wake_us = over ? 0.85 * m->lat_us : 0.0;
+}
+
 collResult_t coll_plan_init(struct coll_comm *comm)
 {
     struct coll_model *m = &comm->model;
@@ -25,12 +42,15 @@ collResult_t coll_plan_init(struct coll_comm *comm)
     int64_t lat = coll_param_int(COLL_PARAM_LINK_LATENCY_NS);
     int64_t bw = coll_param_int(COLL_PARAM_LINK_BW_MBS);
     m->local_ranks = local;
+    m->cores = cores > 0 ? cores : 1;
     m->alpha_us = lat > 0 ? (double)lat / 1e3 : 10.0;
     m->core_gbs = bw > 0 ? (double)bw / 1e3 : 1.0;
     m->host_gbs = m->core_gbs * (local < cores ? local : cores);
     m->reduce_gbs = 10.0;
-    if (n == 1 || (lat > 0 && bw > 0))
+    if (n == 1 || (lat > 0 && bw > 0)) {
+        coll_model_split_alpha(m);
         return collSuccess;
+    }
 
     const struct coll_algo *ring = &coll_algo_ring;
     double alpha = 1e300;
@@ -81,8 +101,11 @@ collResult_t coll_plan_init(struct coll_comm *comm)
         m->core_gbs = -res[1];
         m->host_gbs = -res[2];
     }
-    COLL_INFO(COLL_SUBSYS_ALGO, "machine model: alpha %.1f us, core %.2f GB/s, host %.2f GB/s "
-              "(%d local ranks, %d cores), reduce %.1f GB/s%s", m->alpha_us, m->core_gbs,
+    coll_model_split_alpha(m);
+    COLL_INFO(COLL_SUBSYS_ALGO, "machine model: alpha %.1f us (round %.1f, message %.1f, "
+              "wake-up %.1f), core %.2f GB/s, host %.2f GB/s "
+              "(%d local ranks, %d cores), reduce %.1f GB/s%s", m->alpha_us, m->lat_us,
+              m->msg_us, m->wake_us, m->core_gbs,
               m->host_gbs, local, cores, m->reduce_gbs,
               lat > 0 || bw > 0 ? " (partly from COLL_LINK_*)" : " (measured)");
     return collSuccess;

@@ -13,6 +13,9 @@
 #include "internal.h"
 
 static const struct coll_transport *const transport_table[] = {
+#if COLL_HAVE_SHM
+    &coll_shm_transport,
+#endif
     &coll_tcp_transport,
 };
 #define NTRANSPORTS ((int)(sizeof(transport_table) / sizeof(transport_table[0])))
@@ -123,7 +126,7 @@ static collResult_t transport_pick(struct coll_comm *comm, int peer, struct coll
         if (!(pi->tp_mask & (1u << index)))
             continue;
         bool ok = false;
-        COLL_CHECK(st->tp->can_connect(st->ctx, pi, &ok));
+        COLL_CHECK(st->tp->can_connect(st->ctx, pi, pi->tp_handle[index], &ok));
         if (ok) {
             *st_p = st;
             *index_p = index;
@@ -186,4 +189,13 @@ collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_s
     COLL_INFO(COLL_SUBSYS_TRANSPORT, "receive from rank %d via %s", peer, st->tp->name);
     *conn_p = *slot;
     return collSuccess;
+}
+
+const char *coll_transport_peer_name(const struct coll_comm *comm, int peer)
+{
+    if (peer < 0 || peer >= comm->nranks)
+        return NULL;
+    const struct coll_peer *p = &comm->peers[peer];
+    const struct coll_conn *c = p->send_conn ? p->send_conn : p->recv_conn;
+    return c ? c->tp->name : NULL;
 }

@@ -33,6 +33,7 @@ struct coll_conn {
     int nfds;      /* descriptors the core may poll() while waiting on this conn */
     int fds[COLL_CONN_MAX_FDS];
     int err_no;    /* errno of the last failure, 0 for a clean close by the peer */
+    bool poll_in;  /* wait for POLLIN even when sending (wake-ups arrive as bytes) */
 };
 
 /* A request is transport-owned and released by the test() that reports it done.
@@ -47,7 +48,9 @@ struct coll_transport {
     uint32_t caps;
     collResult_t (*init)(struct coll_comm *comm, void **ctx_p);
     void (*fini)(void *ctx);
-    collResult_t (*can_connect)(void *ctx, const struct coll_rank_info *peer, bool *ok_p);
+    /* Whether this rank can reach peer, whose listen handle is given. */
+    collResult_t (*can_connect)(void *ctx, const struct coll_rank_info *peer, const void *handle,
+                                bool *ok_p);
     /* Starts listening; writes the bytes peers need to connect into handle
      * (COLL_TP_HANDLE_BYTES). */
     collResult_t (*listen)(void *ctx, void *handle, struct coll_conn **lis_p);
@@ -68,8 +71,16 @@ struct coll_transport {
      * *n_p bytes. */
     collResult_t (*test)(struct coll_req *r, bool *done_p, size_t *n_p);
     /* Optional: called before the core blocks in poll() on r's descriptors, so the
-     * transport can ask the kernel to wake it only once enough has arrived. */
-    void (*wait_prepare)(struct coll_req *r);
+     * transport can ask the kernel (or the peer) to wake it.  Returns true when r
+     * may progress already: the core then tests again instead of blocking. */
+    bool (*wait_prepare)(struct coll_req *r);
+    /* Optional zero-copy receive, for a connection with no receive queued: the
+     * next fragment (up to `want` bytes of the current message) where the peer
+     * put it, or *p NULL when none has arrived.  The caller reads it, then calls
+     * recv_release.  Fragments split a message at the same places on every call
+     * for a given size, at multiples of 64 bytes. */
+    collResult_t (*recv_peek)(struct coll_conn *c, size_t want, const void **p, size_t *len_p);
+    void (*recv_release)(struct coll_conn *c);
     /* Makes any pending receive or send fail at once (abort, poisoning); safe to
      * call from another thread while the connection is in use. */
     void (*shutdown)(struct coll_conn *c);
@@ -100,6 +111,11 @@ collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_s
 /* Shuts every connection down so blocked peers and callers see an error. */
 void coll_transport_shutdown_all(struct coll_comm *comm);
 
+/* The transport carrying traffic with peer ("shm", "tcp"), or NULL before the
+ * first connection with it. */
+const char *coll_transport_peer_name(const struct coll_comm *comm, int peer);
+
+extern const struct coll_transport coll_shm_transport;
 extern const struct coll_transport coll_tcp_transport;
 
 #endif

@@ -121,7 +121,8 @@ static void tcp_fini(void *ctx)
     free(ctx);
 }
 
-static collResult_t tcp_can_connect(void *ctx, const struct coll_rank_info *peer, bool *ok_p)
+static collResult_t tcp_can_connect(void *ctx, const struct coll_rank_info *peer,
+                                    const void *handle, bool *ok_p)
 {
     *ok_p = true; /* IP reaches everywhere the bootstrap did */
     return collSuccess;
@@ -461,11 +462,11 @@ static collResult_t tcp_test(struct coll_req *rbase, bool *done_p, size_t *n_p)
  * leave more of the cores to copying. */
 #define TCP_RCVLOWAT_MAX (256 * 1024)
 
-static void tcp_wait_prepare(struct coll_req *rbase)
+static bool tcp_wait_prepare(struct coll_req *rbase)
 {
     struct tcp_conn *c = coll_container_of(rbase->conn, struct tcp_conn, base);
     if (c->base.is_send)
-        return;
+        return false;
     for (int p = 0; p < c->nsocks; p++) {
         int want = 1;
         if (c->pos[p] < c->tail) {
@@ -480,6 +481,7 @@ static void tcp_wait_prepare(struct coll_req *rbase)
             c->lowat[p] = want;
         }
     }
+    return false;
 }
 
 static void tcp_shutdown(struct coll_conn *base)

@@ -1,0 +1,726 @@
+/* Shared-memory transport: ranks on the same host (same boot and network
+ * namespace) move bytes through a segment per directed pair instead of the TCP
+ * stack.
+ *
+ * Segment (memfd, never named in any file system): a control block, then a ring
+ * of nslots slots of slot_bytes each.  The sender owns `head` (slots published),
+ * the receiver owns `tail` (slots released); each counter sits on its own cache
+ * line.  A message of n bytes fills ceil(n / slot_bytes) consecutive slots, every
+ * slot but the last full; len[slot] holds the bytes in it.
+ *
+ *   sender                                   receiver
+ *   wait until head - tail < nslots          wait until head > tail
+ *   copy a fragment into slot[head % N]      use slot[tail % N] (copy it out, or
+ *   len[..] = bytes; head++ (release)          reduce straight from it: recv_peek)
+ *                                            tail++ (release)
+ *
+ * Connection: the receiver listens on an abstract unix socket (SOCK_SEQPACKET;
+ * it vanishes with the process).  The sender creates the memfd, maps it, and
+ * passes it with SCM_RIGHTS in a hello carrying the communicator's secret and
+ * its rank; the receiver checks the secret, maps the memfd and closes it.  From
+ * then on the memory is only mapped: when both processes are gone, so is the
+ * segment, whatever killed them.
+ *
+ * Waiting: the core spins on test() first.  Before it blocks it calls
+ * wait_prepare(), which raises this side's sleep flag and looks once more; the
+ * other side, after moving a counter, clears a raised flag and writes one byte
+ * on the socket.  The core's poll() on the socket thus wakes on progress, and on
+ * the peer's death (the socket closes), so a dead peer is noticed within the
+ * usual deadlines without a timer.  Flags and counters use sequentially
+ * consistent atomics, so a wake-up cannot be lost between the flag and the
+ * counter.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define SHM_MAGIC 0x4d485343u /* "CSHM" */
+#define SHM_MAX_SLOTS 64
+#define SHM_REQ_CAP 128
+#define SHM_CACHELINE 64
+#define SHM_MAX_PENDING 64
+
+struct shm_handle {
+    uint32_t magic;
+    uint32_t pad;
+    uint64_t boot_hash;     /* boot id and host name: comm->peers[].info.host_hash */
+    uint64_t netns;         /* inode of the network namespace: the socket is reachable */
+    char name[96];          /* abstract socket name, without the leading NUL */
+};
+_Static_assert(sizeof(struct shm_handle) <= COLL_TP_HANDLE_BYTES, "shm handle too large");
+
+struct shm_hello {
+    uint32_t magic;
+    uint8_t secret[COLL_SECRET_BYTES];
+    int32_t rank;
+    uint32_t nslots;
+    uint32_t slot_bytes;
+    uint64_t seg_bytes;
+};
+
+struct shm_ctrl {
+    _Alignas(SHM_CACHELINE) _Atomic uint64_t head;  /* written by the sender */
+    _Alignas(SHM_CACHELINE) _Atomic uint64_t tail;  /* written by the receiver */
+    _Alignas(SHM_CACHELINE) _Atomic uint32_t recv_sleep;
+    _Alignas(SHM_CACHELINE) _Atomic uint32_t send_sleep;
+    _Alignas(SHM_CACHELINE) uint32_t len[SHM_MAX_SLOTS];
+    uint32_t nslots, slot_bytes;
+};
+
+struct shm_ctx {
+    struct coll_comm *comm;
+    uint64_t netns;
+    uint32_t nslots, slot_bytes;
+};
+
+struct shm_req {
+    struct coll_req base;
+    char *buf;
+    size_t size;
+    size_t done_bytes;
+    bool reported;
+};
+
+struct shm_conn {
+    struct coll_conn base;
+    struct shm_ctx *ctx;
+    struct shm_ctrl *ctrl;
+    char *slots;
+    size_t seg_bytes;
+    uint32_t nslots, slot_bytes;
+    uint64_t next;         /* sender: head to publish; receiver: tail to release */
+    uint64_t head, tail;   /* requests [head, tail) in the FIFO */
+    struct shm_req reqs[SHM_REQ_CAP];
+    size_t slot_off;       /* receiver: bytes of the current slot already read */
+    size_t peeked;         /* receiver: bytes of the last recv_peek */
+    bool peer_gone;        /* the socket closed */
+    atomic_bool shut;      /* shutdown() was called */
+    unsigned idle_tests;
+    collResult_t failed;
+};
+
+struct shm_pending {
+    int fd;
+};
+
+struct shm_listener {
+    struct coll_conn base;
+    struct shm_ctx *ctx;
+    int lfd;
+    struct shm_pending pend[SHM_MAX_PENDING];
+    int npend;
+};
+
+static uint64_t shm_netns(void)
+{
+    struct stat st;
+    return stat("/proc/self/ns/net", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+static collResult_t shm_init(struct coll_comm *comm, void **ctx_p)
+{
+    struct shm_ctx *ctx;
+    COLL_CHECK(coll_calloc(&ctx, 1));
+    ctx->comm = comm;
+    ctx->netns = shm_netns();
+    /* Slots hold the pipeline's slices whole; 16 of them keep a sender well ahead
+     * of its receiver.  Oversubscribed hosts use small slices, and only the
+     * first bytes of each slot are touched, so the ring stays in cache. */
+    int64_t slot = coll_param_int(COLL_PARAM_SHM_SLOT_BYTES);
+    int64_t nslots = coll_param_int(COLL_PARAM_SHM_NSLOTS);
+    if (slot != 0 && (slot < 4096 || slot > (64 << 20) || slot % 64 != 0)) {
+        COLL_WARN("COLL_SHM_SLOT_BYTES=%lld is not a multiple of 64 in 4 KiB-64 MiB; using "
+                  "256 KiB", (long long)slot);
+        slot = 0;
+    }
+    if (nslots != 0 && (nslots < 2 || nslots > SHM_MAX_SLOTS)) {
+        COLL_WARN("COLL_SHM_NSLOTS=%lld is outside 2-%d; using 16", (long long)nslots,
+                  SHM_MAX_SLOTS);
+        nslots = 0;
+    }
+    ctx->nslots = nslots ? (uint32_t)nslots : 16;
+    ctx->slot_bytes = slot ? (uint32_t)slot : 256 * 1024;
+    *ctx_p = ctx;
+    return collSuccess;
+}
+
+static void shm_fini(void *ctx)
+{
+    free(ctx);
+}
+
+static collResult_t shm_can_connect(void *vctx, const struct coll_rank_info *peer,
+                                    const void *handle, bool *ok_p)
+{
+    struct shm_ctx *ctx = vctx;
+    struct shm_handle h;
+    memcpy(&h, handle, sizeof(h));
+    const struct coll_rank_info *mine = &ctx->comm->peers[ctx->comm->rank].info;
+    *ok_p = h.magic == SHM_MAGIC && peer->host_hash == mine->host_hash &&
+            h.boot_hash == mine->host_hash && h.netns == ctx->netns && ctx->netns != 0;
+    return collSuccess;
+}
+
+static socklen_t shm_sockaddr(const char *name, struct sockaddr_un *sa)
+{
+    memset(sa, 0, sizeof(*sa));
+    sa->sun_family = AF_UNIX;
+    size_t len = strnlen(name, sizeof(sa->sun_path) - 2);
+    memcpy(sa->sun_path + 1, name, len); /* sun_path[0] = 0: the abstract namespace */
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + len);
+}
+
+static collResult_t shm_listen(void *vctx, void *handle, struct coll_conn **lis_p)
+{
+    struct shm_ctx *ctx = vctx;
+    struct coll_comm *comm = ctx->comm;
+    struct shm_handle h = {.magic = SHM_MAGIC,
+                           .boot_hash = comm->peers[comm->rank].info.host_hash,
+                           .netns = ctx->netns};
+    uint8_t rnd[8];
+    if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
+        COLL_WARN("shm: getrandom failed: %s", strerror(errno));
+        return collSystemError;
+    }
+    snprintf(h.name, sizeof(h.name), "libcollective-shm-%d-%02x%02x%02x%02x%02x%02x%02x%02x",
+             (int)getpid(), rnd[0], rnd[1], rnd[2], rnd[3], rnd[4], rnd[5], rnd[6], rnd[7]);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+        COLL_WARN("shm: socket: %s", strerror(errno));
+        return collSystemError;
+    }
+    struct sockaddr_un sa;
+    socklen_t len = shm_sockaddr(h.name, &sa);
+    if (bind(fd, (struct sockaddr *)&sa, len) != 0 || listen(fd, 128) != 0) {
+        COLL_WARN("shm: cannot listen on the abstract socket %s: %s", h.name, strerror(errno));
+        close(fd);
+        return collSystemError;
+    }
+    struct shm_listener *lis;
+    if (coll_calloc(&lis, 1) != collSuccess) {
+        close(fd);
+        return collSystemError;
+    }
+    lis->ctx = ctx;
+    lis->lfd = fd;
+    lis->base.tp = &coll_shm_transport;
+    lis->base.peer = -1;
+    lis->base.nfds = 1;
+    lis->base.fds[0] = fd;
+    memcpy(handle, &h, sizeof(h));
+    COLL_INFO(COLL_SUBSYS_SHM, "listening on @%s, %u slots of %u KiB per peer", h.name,
+              ctx->nslots, ctx->slot_bytes / 1024);
+    *lis_p = &lis->base;
+    return collSuccess;
+}
+
+static size_t shm_seg_bytes(uint32_t nslots, uint32_t slot_bytes)
+{
+    size_t ctrl = (sizeof(struct shm_ctrl) + 4095) & ~(size_t)4095;
+    return ctrl + (size_t)nslots * slot_bytes;
+}
+
+static collResult_t shm_conn_new(struct shm_ctx *ctx, int peer, bool is_send, int fd, void *seg,
+                                 size_t seg_bytes, struct coll_conn **conn_p)
+{
+    struct shm_conn *c;
+    COLL_CHECK(coll_calloc(&c, 1));
+    c->ctx = ctx;
+    c->ctrl = seg;
+    c->nslots = c->ctrl->nslots;
+    c->slot_bytes = c->ctrl->slot_bytes;
+    c->slots = (char *)seg + ((sizeof(struct shm_ctrl) + 4095) & ~(size_t)4095);
+    c->seg_bytes = seg_bytes;
+    c->base.tp = &coll_shm_transport;
+    c->base.peer = peer;
+    c->base.is_send = is_send;
+    c->base.poll_in = true; /* wake-up bytes arrive on the socket in both directions */
+    c->base.nfds = 1;
+    c->base.fds[0] = fd;
+    *conn_p = &c->base;
+    return collSuccess;
+}
+
+static collResult_t shm_connect(void *vctx, const void *handle, int peer,
+                                struct coll_conn **conn_p)
+{
+    struct shm_ctx *ctx = vctx;
+    struct coll_comm *comm = ctx->comm;
+    struct shm_handle h;
+    memcpy(&h, handle, sizeof(h));
+    size_t seg_bytes = shm_seg_bytes(ctx->nslots, ctx->slot_bytes);
+    int mfd = memfd_create("libcollective-shm", MFD_CLOEXEC);
+    if (mfd < 0) {
+        coll_set_error(comm, "shm: memfd_create for rank %d failed: %s", peer, strerror(errno));
+        return collSystemError;
+    }
+    /* Reserve the pages now: a full tmpfs later would be a SIGBUS, not an error. */
+    int err = posix_fallocate(mfd, 0, (off_t)seg_bytes);
+    if (err != 0) {
+        coll_set_error(comm, "shm: cannot reserve %zu bytes of shared memory (memfd, the "
+                       "same memory as /dev/shm) for rank %d: %s", seg_bytes, peer,
+                       strerror(err));
+        close(mfd);
+        return collSystemError;
+    }
+    void *seg = mmap(NULL, seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+    if (seg == MAP_FAILED) {
+        coll_set_error(comm, "shm: mmap of %zu bytes for rank %d failed: %s", seg_bytes, peer,
+                       strerror(errno));
+        close(mfd);
+        return collSystemError;
+    }
+    struct shm_ctrl *ctrl = seg;
+    ctrl->nslots = ctx->nslots;
+    ctrl->slot_bytes = ctx->slot_bytes;
+
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    struct sockaddr_un sa;
+    socklen_t len = shm_sockaddr(h.name, &sa);
+    collResult_t res = collSuccess;
+    if (fd < 0 || connect(fd, (struct sockaddr *)&sa, len) != 0) {
+        coll_set_error(comm, "shm: cannot connect to rank %d at @%s: %s", peer, h.name,
+                       strerror(errno));
+        res = collRemoteError;
+    } else {
+        struct shm_hello hello = {.magic = SHM_MAGIC, .rank = comm->rank,
+                                  .nslots = ctx->nslots, .slot_bytes = ctx->slot_bytes,
+                                  .seg_bytes = seg_bytes};
+        memcpy(hello.secret, comm->secret, COLL_SECRET_BYTES);
+        struct iovec iov = {.iov_base = &hello, .iov_len = sizeof(hello)};
+        union {
+            char buf[CMSG_SPACE(sizeof(int))];
+            struct cmsghdr align;
+        } u;
+        memset(&u, 0, sizeof(u));
+        struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                             .msg_controllen = sizeof(u.buf)};
+        struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+        cm->cmsg_level = SOL_SOCKET;
+        cm->cmsg_type = SCM_RIGHTS;
+        cm->cmsg_len = CMSG_LEN(sizeof(int));
+        memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
+        if (sendmsg(fd, &msg, MSG_NOSIGNAL) != (ssize_t)sizeof(hello)) {
+            coll_set_error(comm, "shm: handshake with rank %d failed: %s", peer, strerror(errno));
+            res = collRemoteError;
+        }
+    }
+    close(mfd);
+    if (res == collSuccess) {
+        int fl = fcntl(fd, F_GETFL);
+        (void)fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+        res = shm_conn_new(ctx, peer, true, fd, seg, seg_bytes, conn_p);
+    }
+    if (res != collSuccess) {
+        if (fd >= 0)
+            close(fd);
+        munmap(seg, seg_bytes);
+        return res;
+    }
+    COLL_INFO(COLL_SUBSYS_SHM, "connected to rank %d: %zu KiB segment", peer, seg_bytes / 1024);
+    return collSuccess;
+}
+
+static void shm_listener_update_fds(struct shm_listener *lis)
+{
+    lis->base.fds[0] = lis->lfd;
+    int n = 1;
+    for (int i = 0; i < lis->npend && n < COLL_CONN_MAX_FDS; i++)
+        lis->base.fds[n++] = lis->pend[i].fd;
+    lis->base.nfds = n;
+}
+
+/* Reads a hello from fd.  Returns 1 with a mapped segment, 0 when nothing has
+ * arrived yet, -1 when the socket is to be dropped. */
+static int shm_read_hello(struct shm_listener *lis, int fd, int *rank_p, void **seg_p,
+                          size_t *bytes_p)
+{
+    struct coll_comm *comm = lis->ctx->comm;
+    struct shm_hello hello;
+    struct iovec iov = {.iov_base = &hello, .iov_len = sizeof(hello)};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct msghdr msg = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+                         .msg_controllen = sizeof(u.buf)};
+    ssize_t r = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (r < 0 && (errno == EAGAIN || errno == EINTR))
+        return 0;
+    int mfd = -1;
+    for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); r > 0 && cm; cm = CMSG_NXTHDR(&msg, cm))
+        if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+            cm->cmsg_len == CMSG_LEN(sizeof(int)))
+            memcpy(&mfd, CMSG_DATA(cm), sizeof(int));
+    bool ok = r == (ssize_t)sizeof(hello) && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
+              mfd >= 0 && hello.magic == SHM_MAGIC &&
+              memcmp(hello.secret, comm->secret, COLL_SECRET_BYTES) == 0 && hello.rank >= 0 &&
+              hello.rank < comm->nranks && hello.nslots >= 2 && hello.nslots <= SHM_MAX_SLOTS &&
+              hello.slot_bytes >= 4096 && hello.slot_bytes <= (64u << 20) &&
+              hello.slot_bytes % 64 == 0 &&
+              hello.seg_bytes == shm_seg_bytes(hello.nslots, hello.slot_bytes);
+    struct stat st;
+    if (ok && (fstat(mfd, &st) != 0 || (uint64_t)st.st_size < hello.seg_bytes))
+        ok = false;
+    void *seg = MAP_FAILED;
+    if (ok) {
+        seg = mmap(NULL, hello.seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+        struct shm_ctrl *ctrl = seg;
+        if (seg == MAP_FAILED || ctrl->nslots != hello.nslots ||
+            ctrl->slot_bytes != hello.slot_bytes) {
+            if (seg != MAP_FAILED)
+                munmap(seg, hello.seg_bytes);
+            seg = MAP_FAILED;
+            ok = false;
+        }
+    }
+    if (mfd >= 0)
+        close(mfd);
+    if (!ok) {
+        if (r != 0)
+            COLL_WARN("shm: refused a connection: it did not show the communicator's secret "
+                      "or a valid segment");
+        return -1;
+    }
+    *rank_p = hello.rank;
+    *seg_p = seg;
+    *bytes_p = hello.seg_bytes;
+    return 1;
+}
+
+static collResult_t shm_accept(struct coll_conn *lbase, struct coll_conn **conn_p)
+{
+    struct shm_listener *lis = coll_container_of(lbase, struct shm_listener, base);
+    *conn_p = NULL;
+    for (;;) {
+        int fd = accept4(lis->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            break;
+        if (lis->npend == SHM_MAX_PENDING) {
+            close(fd);
+            continue;
+        }
+        lis->pend[lis->npend++].fd = fd;
+    }
+    for (int i = lis->npend - 1; i >= 0; i--) {
+        int fd = lis->pend[i].fd, rank;
+        void *seg;
+        size_t bytes;
+        int got = shm_read_hello(lis, fd, &rank, &seg, &bytes);
+        if (got == 0)
+            continue;
+        lis->pend[i] = lis->pend[--lis->npend];
+        if (got < 0) {
+            close(fd);
+            continue;
+        }
+        shm_listener_update_fds(lis);
+        COLL_INFO(COLL_SUBSYS_SHM, "accepted rank %d: %zu KiB segment", rank, bytes / 1024);
+        collResult_t res = shm_conn_new(lis->ctx, rank, false, fd, seg, bytes, conn_p);
+        if (res != collSuccess) {
+            munmap(seg, bytes);
+            close(fd);
+        }
+        return res;
+    }
+    shm_listener_update_fds(lis);
+    return collSuccess;
+}
+
+/* Wakes the other side if it sleeps on *flag. */
+static void shm_wake(struct shm_conn *c, _Atomic uint32_t *flag)
+{
+    if (atomic_load(flag) && atomic_exchange(flag, 0)) {
+        char b = 1;
+        (void)send(c->base.fds[0], &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+    }
+}
+
+/* Reads the wake-up bytes; notes a closed socket. */
+static void shm_drain(struct shm_conn *c)
+{
+    char buf[64];
+    for (;;) {
+        ssize_t r = recv(c->base.fds[0], buf, sizeof(buf), MSG_DONTWAIT);
+        if (r > 0)
+            continue;
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
+            c->peer_gone = true;
+        if (r < 0 && errno == EINTR)
+            continue;
+        return;
+    }
+}
+
+/* Sender: copies queued requests into free slots. */
+static bool shm_progress_send(struct shm_conn *c)
+{
+    struct shm_ctrl *ctrl = c->ctrl;
+    bool moved = false;
+    uint64_t tail = atomic_load_explicit(&ctrl->tail, memory_order_acquire);
+    for (uint64_t q = c->head; q < c->tail; q++) {
+        struct shm_req *r = &c->reqs[q % SHM_REQ_CAP];
+        while (r->done_bytes < r->size) {
+            if (c->next - tail >= c->nslots) {
+                tail = atomic_load_explicit(&ctrl->tail, memory_order_acquire);
+                if (c->next - tail >= c->nslots)
+                    goto out;
+            }
+            size_t k = r->size - r->done_bytes;
+            if (k > c->slot_bytes)
+                k = c->slot_bytes;
+            uint32_t s = (uint32_t)(c->next % c->nslots);
+            memcpy(c->slots + (size_t)s * c->slot_bytes, r->buf + r->done_bytes, k);
+            ctrl->len[s] = (uint32_t)k;
+            r->done_bytes += k;
+            c->next++;
+            atomic_store(&ctrl->head, c->next); /* seq_cst: ordered before the flag's load */
+            moved = true;
+        }
+    }
+out:
+    if (moved)
+        shm_wake(c, &ctrl->recv_sleep);
+    return moved;
+}
+
+/* Receiver: up to want bytes of the stream, from the current slot, or NULL when
+ * nothing has arrived.  A slot may be taken in several parts (a receive cut
+ * differently from the send, as when sizes mismatch: the layer above checks). */
+static const char *shm_fragment(struct shm_conn *c, size_t want, size_t *len_p)
+{
+    struct shm_ctrl *ctrl = c->ctrl;
+    if (atomic_load_explicit(&ctrl->head, memory_order_acquire) == c->next)
+        return NULL;
+    uint32_t s = (uint32_t)(c->next % c->nslots);
+    size_t k = ctrl->len[s];
+    if (k > c->slot_bytes || k <= c->slot_off) {
+        COLL_WARN("shm: rank %d published a slot of %zu bytes (slots hold %u)", c->base.peer,
+                  k, c->slot_bytes);
+        c->failed = collInternalError;
+        return NULL;
+    }
+    k -= c->slot_off;
+    *len_p = k < want ? k : want;
+    return c->slots + (size_t)s * c->slot_bytes + c->slot_off;
+}
+
+/* Receiver: done with len bytes from shm_fragment; frees the slot once it is
+ * all read. */
+static void shm_release(struct shm_conn *c, size_t len)
+{
+    c->slot_off += len;
+    if (c->slot_off < c->ctrl->len[c->next % c->nslots])
+        return;
+    c->slot_off = 0;
+    c->next++;
+    atomic_store(&c->ctrl->tail, c->next);
+    shm_wake(c, &c->ctrl->send_sleep);
+}
+
+/* Receiver: copies arrived fragments into the queued requests. */
+static bool shm_progress_recv(struct shm_conn *c)
+{
+    bool moved = false;
+    for (uint64_t q = c->head; q < c->tail && c->failed == collSuccess; q++) {
+        struct shm_req *r = &c->reqs[q % SHM_REQ_CAP];
+        while (r->done_bytes < r->size) {
+            size_t k;
+            const char *src = shm_fragment(c, r->size - r->done_bytes, &k);
+            if (src == NULL)
+                return moved;
+            memcpy(r->buf + r->done_bytes, src, k);
+            r->done_bytes += k;
+            shm_release(c, k);
+            moved = true;
+        }
+    }
+    return moved;
+}
+
+static collResult_t shm_post(struct coll_conn *base, void *buf, size_t n, struct coll_req **r_p)
+{
+    struct shm_conn *c = coll_container_of(base, struct shm_conn, base);
+    if (c->failed != collSuccess)
+        return c->failed;
+    if (c->tail - c->head == SHM_REQ_CAP) {
+        COLL_WARN("shm: more than %d requests in flight to rank %d", SHM_REQ_CAP, base->peer);
+        return collInternalError;
+    }
+    struct shm_req *r = &c->reqs[c->tail % SHM_REQ_CAP];
+    *r = (struct shm_req){.base.conn = base, .buf = buf, .size = n};
+    c->tail++;
+    if (base->is_send)
+        shm_progress_send(c); /* start at once: most of a small message's latency */
+    *r_p = &r->base;
+    return collSuccess;
+}
+
+static collResult_t shm_isend(struct coll_conn *c, const void *buf, size_t n, void *mh,
+                              struct coll_req **r_p)
+{
+    return shm_post(c, (void *)(uintptr_t)buf, n, r_p);
+}
+
+static collResult_t shm_irecv(struct coll_conn *c, void *buf, size_t n, void *mh,
+                              struct coll_req **r_p)
+{
+    return shm_post(c, buf, n, r_p);
+}
+
+/* A request that cannot finish: the peer is gone, or shutdown() was called. */
+static collResult_t shm_check_alive(struct shm_conn *c, bool moved)
+{
+    if (atomic_load(&c->shut)) {
+        c->failed = collRemoteError;
+        return c->failed;
+    }
+    /* Look at the socket now and then while spinning; the core's poll() looks at it
+     * whenever it blocks. */
+    if (!moved && (++c->idle_tests & 255) == 0)
+        shm_drain(c);
+    if (c->peer_gone && !moved) {
+        c->base.err_no = 0;
+        c->failed = collRemoteError;
+    }
+    return c->failed;
+}
+
+static collResult_t shm_test(struct coll_req *rbase, bool *done_p, size_t *n_p)
+{
+    struct shm_req *r = coll_container_of(rbase, struct shm_req, base);
+    struct shm_conn *c = coll_container_of(rbase->conn, struct shm_conn, base);
+    *done_p = false;
+    if (c->failed != collSuccess)
+        return c->failed;
+    if (r->done_bytes < r->size) {
+        bool moved = c->base.is_send ? shm_progress_send(c) : shm_progress_recv(c);
+        if (c->failed != collSuccess)
+            return c->failed;
+        /* A receiver still drains what a dead sender published: the error comes
+         * only once nothing moves. */
+        if (r->done_bytes < r->size)
+            return shm_check_alive(c, moved);
+    }
+    /* A send is complete once its bytes sit in the slots: the receiver may
+     * consume them after this rank has moved on. */
+    *done_p = true;
+    if (n_p)
+        *n_p = r->size;
+    r->reported = true;
+    while (c->head < c->tail && c->reqs[c->head % SHM_REQ_CAP].reported)
+        c->head++;
+    return collSuccess;
+}
+
+static bool shm_wait_prepare(struct coll_req *rbase)
+{
+    struct shm_conn *c = coll_container_of(rbase->conn, struct shm_conn, base);
+    struct shm_ctrl *ctrl = c->ctrl;
+    shm_drain(c);
+    if (c->peer_gone || atomic_load(&c->shut))
+        return true; /* test() reports it */
+    if (c->base.is_send) {
+        atomic_store(&ctrl->send_sleep, 1);
+        if (c->next - atomic_load(&ctrl->tail) < c->nslots) {
+            atomic_store(&ctrl->send_sleep, 0);
+            return true;
+        }
+    } else {
+        atomic_store(&ctrl->recv_sleep, 1);
+        if (atomic_load(&ctrl->head) != c->next) {
+            atomic_store(&ctrl->recv_sleep, 0);
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Zero-copy receive: the next fragment of a message of `want` more bytes, in
+ * the peer's slot, for the caller to read (reduce from it) and then release. */
+static collResult_t shm_recv_peek(struct coll_conn *base, size_t want, const void **p,
+                                  size_t *len_p)
+{
+    struct shm_conn *c = coll_container_of(base, struct shm_conn, base);
+    *p = NULL;
+    if (c->failed != collSuccess)
+        return c->failed;
+    if (c->head != c->tail) {
+        COLL_WARN("shm: zero-copy receive while receives are queued from rank %d", base->peer);
+        return collInternalError;
+    }
+    *p = shm_fragment(c, want, len_p);
+    c->peeked = *p ? *len_p : 0;
+    if (c->failed != collSuccess)
+        return c->failed;
+    if (*p == NULL)
+        return shm_check_alive(c, false);
+    return collSuccess;
+}
+
+static void shm_recv_release(struct coll_conn *base)
+{
+    struct shm_conn *c = coll_container_of(base, struct shm_conn, base);
+    shm_release(c, c->peeked);
+    c->peeked = 0;
+}
+
+static void shm_shutdown(struct coll_conn *base)
+{
+    if (base->peer >= 0) {
+        struct shm_conn *c = coll_container_of(base, struct shm_conn, base);
+        atomic_store(&c->shut, true);
+    }
+    for (int i = 0; i < base->nfds; i++)
+        (void)shutdown(base->fds[i], SHUT_RDWR);
+}
+
+static collResult_t shm_close(struct coll_conn *base)
+{
+    if (base == NULL)
+        return collSuccess;
+    if (base->peer < 0) {
+        struct shm_listener *lis = coll_container_of(base, struct shm_listener, base);
+        close(lis->lfd);
+        for (int i = 0; i < lis->npend; i++)
+            close(lis->pend[i].fd);
+        free(lis);
+        return collSuccess;
+    }
+    struct shm_conn *c = coll_container_of(base, struct shm_conn, base);
+    munmap(c->ctrl, c->seg_bytes);
+    close(base->fds[0]);
+    free(c);
+    return collSuccess;
+}
+
+const struct coll_transport coll_shm_transport = {
+    .abi = COLL_TRANSPORT_ABI,
+    .name = "shm",
+    .caps = COLL_TP_CAP_HOST_MEM,
+    .init = shm_init,
+    .fini = shm_fini,
+    .can_connect = shm_can_connect,
+    .listen = shm_listen,
+    .connect = shm_connect,
+    .accept = shm_accept,
+    .isend = shm_isend,
+    .irecv = shm_irecv,
+    .test = shm_test,
+    .wait_prepare = shm_wait_prepare,
+    .recv_peek = shm_recv_peek,
+    .recv_release = shm_recv_release,
+    .shutdown = shm_shutdown,
+    .close = shm_close,
+};
