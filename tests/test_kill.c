@@ -15,11 +15,16 @@
  *   - the next allreduce fails too, quickly, and collCommGetAsyncError reports it;
  *   - collCommDestroy returns within 5 s.
  *
+ *   - its neighbours were reached over the transport asked for;
+ *   - after collCommDestroy no shared-memory segment is mapped any more.
+ *
  * The parent checks rank 2 died of SIGKILL, that each survivor's error came within
  * the timeout + 5 s of that death (CLOCK_MONOTONIC is one clock for all processes),
- * that every survivor exited with 0, and that nothing of the process group is left.
+ * that every survivor exited with 0, that nothing of the process group is left,
+ * and that /dev/shm holds nothing of the library (segments are memfds: they go
+ * with the last process that maps them).
  *
- *   test_kill [-v]
+ *   test_kill [-v] [--transport shm|tcp]    (COLL_TRANSPORTS for the ranks)
  */
 #include <errno.h>
 #include <poll.h>
@@ -29,10 +34,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "launch.h"
+#include "transport.h"
 
 #define NRANKS 4
 #define VICTIM 2
@@ -53,6 +60,8 @@ enum kill_exit {
     EXIT_NOT_POISONED = 15, /* a later call succeeded, or took long to fail */
     EXIT_SLOW_DESTROY = 16, /* collCommDestroy took over 5 s */
     EXIT_WRONG_DATA = 17,   /* an allreduce before the death gave a wrong sum */
+    EXIT_TRANSPORT = 18,    /* a neighbour was reached over another transport */
+    EXIT_SEGMENT_LEFT = 19, /* a shared-memory segment is still mapped after destroy */
 };
 
 struct kill_record {
@@ -70,6 +79,35 @@ struct kill_record {
 };
 
 static bool verbose;
+static const char *transport = "shm";
+
+/* True when this process still maps a segment of the shm transport. */
+static bool maps_shm_segment(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    bool found = false;
+    while (f && fgets(line, sizeof(line), f))
+        found |= strstr(line, "libcollective-shm") != NULL;
+    if (f)
+        fclose(f);
+    return found;
+}
+
+/* Entries of /dev/shm whose name mentions the library. */
+static int dev_shm_leftovers(void)
+{
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strstr(e->d_name, "libcollective") || strstr(e->d_name, "coll-")) {
+            fprintf(stderr, "FAIL: /dev/shm/%s is left\n", e->d_name);
+            n++;
+        }
+    if (d)
+        closedir(d);
+    return n;
+}
 
 static void *victim_thread(void *arg)
 {
@@ -100,6 +138,7 @@ static int rank_main(int rank, const char *comm_id, int wfd)
     setenv("COLL_TIMEOUT_MS", v, 1);
     setenv("COLL_COMM_ID", comm_id, 1);
     setenv("COLL_SECRET", "0123456789abcdef0123456789abcdef", 1);
+    setenv("COLL_TRANSPORTS", transport, 1);
 
     r = collCommInitFromEnv(&comm);
     if (r != collSuccess) {
@@ -129,6 +168,18 @@ static int rank_main(int rank, const char *comm_id, int wfd)
                 fprintf(stderr, "[rank %d] allreduce %d: recv[%zu] = %g, want %g\n", rank, it,
                         probe[k], (double)recv[probe[k]], (double)want);
                 code = EXIT_WRONG_DATA;
+            }
+        }
+        if (it == 0) {
+            /* The ring's neighbours are connected by now. */
+            int next = (rank + 1) % NRANKS, prev = (rank + NRANKS - 1) % NRANKS;
+            const char *tn = coll_transport_peer_name(comm, next);
+            const char *tp = coll_transport_peer_name(comm, prev);
+            if (!tn || !tp || strcmp(tn, transport) || strcmp(tp, transport)) {
+                fprintf(stderr, "[rank %d] ranks %d and %d reached over %s and %s, want %s\n",
+                        rank, next, prev, tn ? tn : "nothing", tp ? tp : "nothing",
+                        transport);
+                code = EXIT_TRANSPORT;
             }
         }
         if (it == 0 && rank == VICTIM) {
@@ -178,6 +229,10 @@ static int rank_main(int rank, const char *comm_id, int wfd)
         fprintf(stderr, "[rank %d] collCommDestroy took %.2f s\n", rank, rec.destroy_s);
         code = code ? code : EXIT_SLOW_DESTROY;
     }
+    if (maps_shm_segment()) {
+        fprintf(stderr, "[rank %d] a shared-memory segment is mapped after destroy\n", rank);
+        code = code ? code : EXIT_SEGMENT_LEFT;
+    }
     if (write(wfd, &rec, sizeof(rec)) != (ssize_t)sizeof(rec))
         code = code ? code : EXIT_INIT;
     free(send);
@@ -206,6 +261,10 @@ static const char *exit_name(int code)
         return "slow collCommDestroy";
     case EXIT_WRONG_DATA:
         return "wrong data before the death";
+    case EXIT_TRANSPORT:
+        return "wrong transport";
+    case EXIT_SEGMENT_LEFT:
+        return "shared-memory segment left mapped";
     default:
         return "unexpected exit code";
     }
@@ -226,8 +285,11 @@ int main(int argc, char **argv)
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-v") == 0) {
             verbose = true;
+        } else if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc &&
+                   (strcmp(argv[i + 1], "shm") == 0 || strcmp(argv[i + 1], "tcp") == 0)) {
+            transport = argv[++i];
         } else {
-            fprintf(stderr, "usage: %s [-v]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-v] [--transport shm|tcp]\n", argv[0]);
             return 2;
         }
     }
@@ -347,6 +409,7 @@ int main(int argc, char **argv)
         }
     }
 
+    failures += dev_shm_leftovers();
     /* Nothing of the group may be left: kill(-pgid, 0) finds no process. */
     errno = 0;
     if (kill(-pgid, 0) == 0 || errno != ESRCH) {
