@@ -197,5 +197,19 @@ const char *coll_transport_peer_name(const struct coll_comm *comm, int peer)
         return NULL;
     const struct coll_peer *p = &comm->peers[peer];
     const struct coll_conn *c = p->send_conn ? p->send_conn : p->recv_conn;
-    return c ? c->tp->name : NULL;
+    if (c)
+        return c->tp->name;
+    /* Not connected yet: the transport the first connection will take. */
+    for (int i = 0; i < comm->ntps; i++) {
+        const struct coll_tp_state *st = &comm->tps[i];
+        int index = 0;
+        while (transport_table[index] != st->tp)
+            index++;
+        bool ok = false;
+        if ((p->info.tp_mask & (1u << index)) &&
+            st->tp->can_connect(st->ctx, &p->info, p->info.tp_handle[index], &ok) ==
+                collSuccess && ok)
+            return st->tp->name;
+    }
+    return NULL;
 }

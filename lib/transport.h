@@ -111,8 +111,8 @@ collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_s
 /* Shuts every connection down so blocked peers and callers see an error. */
 void coll_transport_shutdown_all(struct coll_comm *comm);
 
-/* The transport carrying traffic with peer ("shm", "tcp"), or NULL before the
- * first connection with it. */
+/* The transport carrying traffic with peer ("shm", "tcp"), or the one the first
+ * connection will take; NULL when none can reach it. */
 const char *coll_transport_peer_name(const struct coll_comm *comm, int peer);
 
 extern const struct coll_transport coll_shm_transport;

@@ -556,15 +556,49 @@ static void perf_host_names(struct perf_run *run)
     fclose(f);
 }
 
-static void perf_library_line(const struct perf_run *run, char *buf, size_t len)
+/* The transports from this rank to the others, as "shm x3, tcp x4", or "none"
+ * on one rank. */
+static void perf_transports(const struct perf_rank *pr, char *buf, size_t len)
 {
+    const char *names[8];
+    int counts[8], nn = 0;
+    for (int p = 0; p < pr->nranks; p++) {
+        if (p == pr->rank)
+            continue;
+        const char *t = coll_transport_peer_name(pr->comm, p);
+        t = t ? t : "unreachable";
+        int k = 0;
+        while (k < nn && strcmp(names[k], t) != 0)
+            k++;
+        if (k == nn && nn < 8) {
+            names[nn] = t;
+            counts[nn++] = 0;
+        }
+        if (k < nn)
+            counts[k]++;
+    }
+    size_t off = 0;
+    buf[0] = '\0';
+    for (int k = 0; k < nn && off < len; k++)
+        off += (size_t)snprintf(buf + off, len - off, "%s%s x%d", k ? ", " : "", names[k],
+                                counts[k]);
+    if (nn == 0)
+        snprintf(buf, len, "none");
+}
+
+static void perf_library_line(const struct perf_rank *pr, char *buf, size_t len)
+{
+    const struct perf_run *run = pr->run;
     int code = 0;
     if (collGetVersion(&code) != collSuccess)
         code = 0;
     const char *tp = getenv("COLL_TRANSPORTS");
     const char *algo = run->opts.algo != NULL ? run->opts.algo : getenv("COLL_ALGO");
-    snprintf(buf, len, "libcollective %d.%d.%d, transport %s, algorithm %s", code / 10000,
-             code / 100 % 100, code % 100, tp != NULL && *tp != '\0' ? tp : "auto",
+    char used[128];
+    perf_transports(pr, used, sizeof(used));
+    snprintf(buf, len, "libcollective %d.%d.%d, transport %s (rank %d to its peers: %s), "
+             "algorithm %s", code / 10000, code / 100 % 100, code % 100,
+             tp != NULL && *tp != '\0' ? tp : "auto", pr->rank, used,
              algo != NULL && *algo != '\0' ? algo : "auto");
 }
 
@@ -574,7 +608,7 @@ static void perf_print_header(struct perf_rank *pr, const struct perf_peer *peer
     const struct perf_opts *o = &run->opts;
     bool factor = o->step_factor > 1;
     char lib[256];
-    perf_library_line(run, lib, sizeof lib);
+    perf_library_line(pr, lib, sizeof lib);
 
     printf("# nThread %d nGpus 1 minBytes %zu maxBytes %zu step: %zu(%s) warmup iters: %d "
            "iters: %d agg iters: 1 validation: %d graph: 0\n",
