@@ -131,6 +131,9 @@ static void comm_tune(struct coll_comm *comm)
         comm->spin_ns = spin * 1000;
     else
         comm->spin_ns = comm->oversubscribed ? 50 * 1000 : 200 * 1000;
+    /* Polling shared memory costs no system call, and blocking there costs one on
+     * each side: such waits poll up to 1 ms unless COLL_SPIN_US says otherwise. */
+    comm->spin_cheap_ns = spin >= 0 ? comm->spin_ns : 1000 * 1000;
     int64_t small = coll_param_int(COLL_PARAM_SMALL_BYTES);
     if (small >= 0)
         comm->small_bytes = (size_t)small;

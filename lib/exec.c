@@ -146,7 +146,17 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         coll_comm_poison(comm, collTimeout);
         return collTimeout;
     }
-    if (now - w->idle_since < w->spin_ns) {
+    /* Over transports whose test() is a few loads (shared memory) a wait keeps
+     * polling longer: blocking and waking cost system calls on both sides. */
+    int64_t spin = w->spin_ns;
+    if (comm->spin_cheap_ns > spin) {
+        bool cheap = nreqs > 0;
+        for (int i = 0; i < nreqs && cheap; i++)
+            cheap = reqs[i] == NULL || reqs[i]->conn->tp->cheap_poll;
+        if (cheap)
+            spin = comm->spin_cheap_ns;
+    }
+    if (now - w->idle_since < spin) {
         if (comm->spin_yield)
             sched_yield();
         return collSuccess;

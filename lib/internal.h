@@ -81,6 +81,7 @@ struct coll_comm {
     size_t chunk_bytes;            /* pipelined slice */
     int depth;                     /* slices in flight per connection */
     int64_t spin_ns;               /* busy-poll this long before blocking */
+    int64_t spin_cheap_ns;         /* the same over transports with cheap_poll */
     bool spin_yield;               /* yield the core while spinning */
     bool oversubscribed;           /* more ranks on this host than cores */
     int local_ranks;               /* ranks on this host (same host hash) */

@@ -21,17 +21,29 @@
  * rank sends one message and receives one, n messages in all), into the round's
  * latency, the CPU of the two messages at each rank and, with more ranks than
  * cores, the wake-ups of all n messages:
- *     alpha = lat + 2 msg + n wake / cores,  msg = 0.75 lat,  wake = 0.85 lat.
- * The two ratios were fitted to the 4-byte allreduce of the three algorithms with
- * 2, 4 and 8 ranks on this project's 2-core test host (docs/algorithms.md); one
+ *     alpha = lat + 2 msg + n wake / cores,  msg = r_msg lat,  wake = r_wake lat,
+ * with the ratios of the slowest transport in use (struct coll_transport): one
  * measured figure cannot give three. */
-static void coll_model_split_alpha(struct coll_model *m)
+static void coll_model_split_alpha(struct coll_model *m, double r_msg, double r_wake)
 {
     bool over = m->local_ranks > m->cores;
-    double wake_share = over ? 0.85 * m->local_ranks / m->cores : 0.0;
-    m->lat_us = m->alpha_us / (1.0 + 2 * 0.75 + wake_share);
-    m->msg_us = 0.75 * m->lat_us;
-    m->wake_us = over ? 0.85 * m->lat_us : 0.0;
+    double wake_share = over ? r_wake * m->local_ranks / m->cores : 0.0;
+    m->lat_us = m->alpha_us / (1.0 + 2 * r_msg + wake_share);
+    m->msg_us = r_msg * m->lat_us;
+    m->wake_us = over ? r_wake * m->lat_us : 0.0;
+}
+
+/* The largest message and wake-up ratios of the transports this rank uses. */
+static void plan_ratios(struct coll_comm *comm, double *r_msg, double *r_wake)
+{
+    *r_msg = *r_wake = 0;
+    for (int p = 0; p < comm->nranks; p++) {
+        const struct coll_transport *tp = p == comm->rank ? NULL : coll_transport_for_peer(comm, p);
+        if (tp == NULL)
+            continue;
+        *r_msg = fmax(*r_msg, tp->plan_msg_ratio);
+        *r_wake = fmax(*r_wake, tp->plan_wake_ratio);
+    }
 }
 
 collResult_t coll_plan_init(struct coll_comm *comm)
@@ -47,8 +59,13 @@ collResult_t coll_plan_init(struct coll_comm *comm)
     m->core_gbs = bw > 0 ? (double)bw / 1e3 : 1.0;
     m->host_gbs = m->core_gbs * (local < cores ? local : cores);
     m->reduce_gbs = 10.0;
+    double r_msg, r_wake;
+    plan_ratios(comm, &r_msg, &r_wake);
     if (n == 1 || (lat > 0 && bw > 0)) {
-        coll_model_split_alpha(m);
+        /* Without the agreement below, every rank must see the same ratios: the
+         * largest any transport has. */
+        coll_transport_max_ratios(&r_msg, &r_wake);
+        coll_model_split_alpha(m, r_msg, r_wake);
         return collSuccess;
     }
 
@@ -91,8 +108,8 @@ collResult_t coll_plan_init(struct coll_comm *comm)
      * that entered a probe late times only its tail, so the slowest rank's figure
      * is the collective's.  The allreduce gives every rank the same bytes, so
      * every rank computes the same model and later makes the same choices. */
-    double agree[3] = {alpha, -core_gbs, -host_gbs}, res[3];
-    struct coll_args a = {agree, res, 3, collDouble, collMax, 0};
+    double agree[5] = {alpha, -core_gbs, -host_gbs, r_msg, r_wake}, res[5];
+    struct coll_args a = {agree, res, 5, collDouble, collMax, 0};
     coll_exec_begin(comm, "plan probe");
     COLL_CHECK(ring->run[COLL_FUNC_ALLREDUCE](comm, &a));
     if (lat <= 0)
@@ -101,7 +118,7 @@ collResult_t coll_plan_init(struct coll_comm *comm)
         m->core_gbs = -res[1];
         m->host_gbs = -res[2];
     }
-    coll_model_split_alpha(m);
+    coll_model_split_alpha(m, res[3], res[4]);
     COLL_INFO(COLL_SUBSYS_ALGO, "machine model: alpha %.1f us (round %.1f, message %.1f, "
               "wake-up %.1f), core %.2f GB/s, host %.2f GB/s "
               "(%d local ranks, %d cores), reduce %.1f GB/s%s", m->alpha_us, m->lat_us,

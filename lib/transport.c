@@ -191,14 +191,14 @@ collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_s
     return collSuccess;
 }
 
-const char *coll_transport_peer_name(const struct coll_comm *comm, int peer)
+const struct coll_transport *coll_transport_for_peer(const struct coll_comm *comm, int peer)
 {
     if (peer < 0 || peer >= comm->nranks)
         return NULL;
     const struct coll_peer *p = &comm->peers[peer];
     const struct coll_conn *c = p->send_conn ? p->send_conn : p->recv_conn;
     if (c)
-        return c->tp->name;
+        return c->tp;
     /* Not connected yet: the transport the first connection will take. */
     for (int i = 0; i < comm->ntps; i++) {
         const struct coll_tp_state *st = &comm->tps[i];
@@ -209,7 +209,23 @@ const char *coll_transport_peer_name(const struct coll_comm *comm, int peer)
         if ((p->info.tp_mask & (1u << index)) &&
             st->tp->can_connect(st->ctx, &p->info, p->info.tp_handle[index], &ok) ==
                 collSuccess && ok)
-            return st->tp->name;
+            return st->tp;
     }
     return NULL;
+}
+
+const char *coll_transport_peer_name(const struct coll_comm *comm, int peer)
+{
+    const struct coll_transport *tp = coll_transport_for_peer(comm, peer);
+    return tp ? tp->name : NULL;
+}
+
+void coll_transport_max_ratios(double *r_msg, double *r_wake)
+{
+    for (int i = 0; i < NTRANSPORTS; i++) {
+        if (transport_table[i]->plan_msg_ratio > *r_msg)
+            *r_msg = transport_table[i]->plan_msg_ratio;
+        if (transport_table[i]->plan_wake_ratio > *r_wake)
+            *r_wake = transport_table[i]->plan_wake_ratio;
+    }
 }

@@ -46,6 +46,13 @@ struct coll_transport {
     uint32_t abi;
     const char *name;
     uint32_t caps;
+    /* For the planner (lib/plan.c): the CPU a message costs at a rank, and the cost
+     * of waking its receiver when ranks outnumber cores, as fractions of a round's
+     * latency.  Fitted per transport on the project's test host. */
+    double plan_msg_ratio;
+    double plan_wake_ratio;
+    /* test() costs no system call: the core may poll it longer before blocking. */
+    bool cheap_poll;
     collResult_t (*init)(struct coll_comm *comm, void **ctx_p);
     void (*fini)(void *ctx);
     /* Whether this rank can reach peer, whose listen handle is given. */
@@ -111,6 +118,10 @@ collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_s
 /* Shuts every connection down so blocked peers and callers see an error. */
 void coll_transport_shutdown_all(struct coll_comm *comm);
 
+/* The transport for peer (connected or not); NULL when none can reach it. */
+const struct coll_transport *coll_transport_for_peer(const struct coll_comm *comm, int peer);
+/* Raises *r_msg and *r_wake to the largest planner ratios of the built transports. */
+void coll_transport_max_ratios(double *r_msg, double *r_wake);
 /* The transport carrying traffic with peer ("shm", "tcp"), or the one the first
  * connection will take; NULL when none can reach it. */
 const char *coll_transport_peer_name(const struct coll_comm *comm, int peer);
