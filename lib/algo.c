@@ -130,6 +130,13 @@ collResult_t coll_algo_check_env(struct coll_comm *comm)
 collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
                               const struct coll_algo **algo_p)
 {
+    /* A loop repeats the same call: its choice is kept (all ranks keep the same). */
+    __typeof__(comm->choice[0]) *ch = &comm->choice[f];
+    if (ch->valid && ch->count == a->count && ch->dtype == (int)a->dtype &&
+        ch->op == (int)a->op && ch->root == a->root && ch->mask == comm->algo_mask[f]) {
+        *algo_p = algo_table[ch->algo];
+        return collSuccess;
+    }
     int best = -1;
     double best_us = 0;
     for (int i = 0; i < NALGOS; i++) {
@@ -172,6 +179,9 @@ collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const st
                   algo_table[best]->name, best_us < 1e299 ? best_us : -1.0);
         comm->last_algo[f] = best;
     }
+    *ch = (__typeof__(*ch)){.valid = true, .count = a->count, .dtype = (int)a->dtype,
+                            .op = (int)a->op, .root = a->root, .algo = best,
+                            .mask = comm->algo_mask[f]};
     *algo_p = algo_table[best];
     return collSuccess;
 }

@@ -118,12 +118,37 @@ collResult_t coll_exec_test(struct coll_comm *comm, struct coll_req **r_p, bool 
 void coll_exec_wait_init(const struct coll_comm *comm, struct coll_wait *w, size_t bytes)
 {
     w->idle_since = 0;
+    w->idle_calls = 0;
     w->spin_ns = comm->oversubscribed && bytes > EXEC_SPIN_MAX_BYTES ? 0 : comm->spin_ns;
+}
+
+static bool exec_all_cheap(struct coll_req *const *reqs, int nreqs)
+{
+    for (int i = 0; i < nreqs; i++)
+        if (reqs[i] != NULL && !reqs[i]->conn->tp->cheap_poll)
+            return false;
+    return nreqs > 0;
+}
+
+static inline void exec_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
 }
 
 collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
                             struct coll_req *const *reqs, int nreqs)
 {
+    /* A rank with a core of its own that waits on shared memory polls again at
+     * once: the clock, abort and a yield are looked at every 64th call only. */
+    if (w->idle_since != 0 && !comm->oversubscribed && (++w->idle_calls & 63) != 0 &&
+        exec_all_cheap(reqs, nreqs)) {
+        exec_cpu_relax();
+        return collSuccess;
+    }
     int64_t now = coll_now_ns();
     if (w->idle_since == 0)
         w->idle_since = now;
@@ -149,13 +174,8 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
     /* Over transports whose test() is a few loads (shared memory) a wait keeps
      * polling longer: blocking and waking cost system calls on both sides. */
     int64_t spin = w->spin_ns;
-    if (comm->spin_cheap_ns > spin) {
-        bool cheap = nreqs > 0;
-        for (int i = 0; i < nreqs && cheap; i++)
-            cheap = reqs[i] == NULL || reqs[i]->conn->tp->cheap_poll;
-        if (cheap)
-            spin = comm->spin_cheap_ns;
-    }
+    if (comm->spin_cheap_ns > spin && exec_all_cheap(reqs, nreqs))
+        spin = comm->spin_cheap_ns;
     if (now - w->idle_since < spin) {
         if (comm->spin_yield)
             sched_yield();

@@ -9,6 +9,7 @@
 struct coll_wait {
     int64_t idle_since; /* 0: something moved since the last idle call */
     int64_t spin_ns;    /* how long to poll before blocking */
+    unsigned idle_calls;
 };
 
 /* Prepares a wait for pieces of up to `bytes`.  With more ranks than cores, a

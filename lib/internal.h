@@ -90,6 +90,12 @@ struct coll_comm {
     struct coll_model model;
     uint32_t algo_mask[COLL_FUNC_COUNT]; /* algorithms COLL_ALGO allows, per collective */
     int last_algo[COLL_FUNC_COUNT];      /* for logging changes of choice */
+    struct {                             /* the last choice, reused for the same call */
+        bool valid;
+        size_t count;
+        int dtype, op, root, algo;
+        uint32_t mask;
+    } choice[COLL_FUNC_COUNT];
     const char *last_algo_name;          /* algorithm of the last call: "ring", "p2p" */
 
     _Atomic int async_error;       /* collResult_t that poisoned the comm */

@@ -14,7 +14,6 @@
  *
  *   shm_copy_bench [-r REPS] [SIZE ...]     (sizes accept K and M; default 64K..64M)
  */
-#define _GNU_SOURCE
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdint.h>
