@@ -457,10 +457,15 @@ static double ring_predict(const struct coll_comm *comm, enum coll_func f,
                 .rounds = R, .msgs = (double)n * R, .busiest_msgs = 2.0 * R,
                 .rank_bytes = 2 * (n - 1) * S, .total_bytes = 2.0 * n * (n - 1) * S,
                 .reduce_bytes = (n - 1) * S});
-        return coll_model_cost(m, n, &(struct coll_cost){
-            .rounds = 2 * (n - 1), .msgs = 2.0 * n * (n - 1), .busiest_msgs = 4.0 * (n - 1),
-            .rank_bytes = 4 * frac * S, .total_bytes = 4.0 * (n - 1) * S,
-            .reduce_bytes = frac * S});
+        {
+            /* Over transports that lend received bytes in place the reduce-scatter
+             * reduces from the peer's slot: two passes over its bytes, not three. */
+            double rs = m->lend ? 2.0 / 3.0 : 1.0;
+            return coll_model_cost(m, n, &(struct coll_cost){
+                .rounds = 2 * (n - 1), .msgs = 2.0 * n * (n - 1), .busiest_msgs = 4.0 * (n - 1),
+                .rank_bytes = (2 + 2 * rs) * frac * S, .total_bytes = (2 + 2 * rs) * (n - 1) * S,
+                .reduce_bytes = frac * S});
+        }
     case COLL_FUNC_BROADCAST:
     case COLL_FUNC_REDUCE: {
         /* A pipelined chain: n-1 rounds to fill it, then the buffer at link speed. */

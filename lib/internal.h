@@ -47,6 +47,7 @@ struct coll_model {
     double reduce_gbs;
     int local_ranks;
     int cores;
+    bool lend;        /* every transport in use lends received bytes in place (recv_peek) */
 };
 
 struct coll_tp_state {

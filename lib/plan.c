@@ -33,16 +33,19 @@ static void coll_model_split_alpha(struct coll_model *m, double r_msg, double r_
     m->wake_us = over ? r_wake * m->lat_us : 0.0;
 }
 
-/* The largest message and wake-up ratios of the transports this rank uses. */
-static void plan_ratios(struct coll_comm *comm, double *r_msg, double *r_wake)
+/* The largest message and wake-up ratios of the transports this rank uses, and
+ * whether all of them lend received bytes in place (*no_lend 0) or not (1). */
+static void plan_ratios(struct coll_comm *comm, double *r_msg, double *r_wake, double *no_lend)
 {
-    *r_msg = *r_wake = 0;
+    *r_msg = *r_wake = *no_lend = 0;
     for (int p = 0; p < comm->nranks; p++) {
         const struct coll_transport *tp = p == comm->rank ? NULL : coll_transport_for_peer(comm, p);
         if (tp == NULL)
             continue;
         *r_msg = fmax(*r_msg, tp->plan_msg_ratio);
         *r_wake = fmax(*r_wake, tp->plan_wake_ratio);
+        if (tp->recv_peek == NULL)
+            *no_lend = 1;
     }
 }
 
@@ -59,12 +62,13 @@ collResult_t coll_plan_init(struct coll_comm *comm)
     m->core_gbs = bw > 0 ? (double)bw / 1e3 : 1.0;
     m->host_gbs = m->core_gbs * (local < cores ? local : cores);
     m->reduce_gbs = 10.0;
-    double r_msg, r_wake;
-    plan_ratios(comm, &r_msg, &r_wake);
+    double r_msg, r_wake, no_lend;
+    plan_ratios(comm, &r_msg, &r_wake, &no_lend);
     if (n == 1 || (lat > 0 && bw > 0)) {
         /* Without the agreement below, every rank must see the same ratios: the
          * largest any transport has. */
         coll_transport_max_ratios(&r_msg, &r_wake);
+        m->lend = false;
         coll_model_split_alpha(m, r_msg, r_wake);
         return collSuccess;
     }
@@ -72,7 +76,7 @@ collResult_t coll_plan_init(struct coll_comm *comm)
     const struct coll_algo *ring = &coll_algo_ring;
     double alpha = 1e300;
     float one = 1.0f, out;
-    for (int rep = 0; rep < 10; rep++) {
+    for (int rep = 0; rep < 50; rep++) {
         struct coll_args a = {&one, &out, 1, collFloat, collSum, 0};
         coll_exec_begin(comm, "plan probe");
         int64_t t0 = coll_now_ns();
@@ -108,8 +112,8 @@ collResult_t coll_plan_init(struct coll_comm *comm)
      * that entered a probe late times only its tail, so the slowest rank's figure
      * is the collective's.  The allreduce gives every rank the same bytes, so
      * every rank computes the same model and later makes the same choices. */
-    double agree[5] = {alpha, -core_gbs, -host_gbs, r_msg, r_wake}, res[5];
-    struct coll_args a = {agree, res, 5, collDouble, collMax, 0};
+    double agree[6] = {alpha, -core_gbs, -host_gbs, r_msg, r_wake, no_lend}, res[6];
+    struct coll_args a = {agree, res, 6, collDouble, collMax, 0};
     coll_exec_begin(comm, "plan probe");
     COLL_CHECK(ring->run[COLL_FUNC_ALLREDUCE](comm, &a));
     if (lat <= 0)
@@ -119,6 +123,7 @@ collResult_t coll_plan_init(struct coll_comm *comm)
         m->host_gbs = -res[2];
     }
     coll_model_split_alpha(m, res[3], res[4]);
+    m->lend = res[5] == 0;
     COLL_INFO(COLL_SUBSYS_ALGO, "machine model: alpha %.1f us (round %.1f, message %.1f, "
               "wake-up %.1f), core %.2f GB/s, host %.2f GB/s "
               "(%d local ranks, %d cores), reduce %.1f GB/s%s", m->alpha_us, m->lat_us,
