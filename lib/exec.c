@@ -65,21 +65,30 @@ collResult_t coll_exec_irecv(struct coll_comm *comm, struct coll_conn *c, void *
     return res;
 }
 
+/* A request or a lent receive failed: an abort says so, anything else is
+ * described by exec_fail. */
+static collResult_t exec_failed_wait(struct coll_comm *comm, struct coll_conn *c,
+                                     collResult_t res)
+{
+    if (atomic_load(&comm->aborting)) {
+        coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
+                       (unsigned long long)comm->seq);
+        coll_comm_poison(comm, collRemoteError);
+        return collRemoteError;
+    }
+    exec_fail(comm, c, res);
+    return res;
+}
+
 collResult_t coll_exec_peek(struct coll_comm *comm, struct coll_conn *c, size_t want,
                             const void **src_p, size_t *len_p)
 {
     collResult_t res = c->tp->recv_peek(c, want, src_p, len_p);
     if (res != collSuccess) {
         *src_p = NULL;
-        if (atomic_load(&comm->aborting)) {
-            coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
-                           (unsigned long long)comm->seq);
-            coll_comm_poison(comm, collRemoteError);
-            return collRemoteError;
-        }
-        exec_fail(comm, c, res);
+        return exec_failed_wait(comm, c, res);
     }
-    return res;
+    return collSuccess;
 }
 
 void coll_exec_release(struct coll_conn *c)
@@ -97,16 +106,8 @@ collResult_t coll_exec_test(struct coll_comm *comm, struct coll_req **r_p, bool 
     struct coll_conn *c = r->conn;
     bool done = false;
     collResult_t res = c->tp->test(r, &done, NULL);
-    if (res != collSuccess) {
-        if (atomic_load(&comm->aborting)) {
-            coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
-                           (unsigned long long)comm->seq);
-            coll_comm_poison(comm, collRemoteError);
-            return collRemoteError;
-        }
-        exec_fail(comm, c, res);
-        return res;
-    }
+    if (res != collSuccess)
+        return exec_failed_wait(comm, c, res);
     *done_p = done;
     if (done)
         *r_p = NULL;

@@ -227,3 +227,25 @@ echo "| of memcpy | busbw / memcpy GB/s (64 MiB, = $m64) | $(frac "$c64" "$m64")
 echo "| of \`a+=b\` | busbw / a+=b output GB/s (64 MiB, = $s64) | $(frac "$c64" "$s64") | $(frac "$o64" "$s64") |"
 if [[ " $NS " != *" 2 "* ]]; then echo; echo "(n=2 not in NS: no fraction)"
 elif [ "$c64" = "-" ] && [ "$o64" = "-" ]; then echo; echo "(64M not measured: add it to SIZES)"; fi
+
+# Plots: busbw against size, ours and Open MPI, one chart per rank count (perf/plot_busbw.py).
+for n in $NS; do
+    for who in coll_shm ompi_shm; do
+        {
+            echo '{"results": ['
+            sep=""
+            for size in $SIZES; do
+                bw=$(best "$who" "$n" "$size")
+                [ "$bw" = "-" ] && continue
+                printf '%s{"size": %s, "oop": {"busbw": %s}}' "$sep" "$(bytes_of "$size")" "$bw"
+                sep=", "
+            done
+            echo ']}'
+        } > "$OUT/plot.$who.n$n.json"
+    done
+    python3 "$here/perf/plot_busbw.py" -o "$OUT/shm_allreduce_n$n.svg" \
+        --title "allreduce busbw, $n ranks, shared memory" \
+        "libcollective=$OUT/plot.coll_shm.n$n.json" "Open MPI vader=$OUT/plot.ompi_shm.n$n.json"
+done
+echo
+echo "# plots: $OUT/shm_allreduce_n*.svg"

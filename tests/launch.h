@@ -111,6 +111,19 @@ static inline void launch_fatal(const struct launch_rank *lr, const char *fmt, .
  * socket bound to port 0, which is then closed.  Another process could take it in
  * between; the tests that use it start their ranks at once.  Returns -1 on error.
  */
+/* True when this process still maps a segment of the shared-memory transport. */
+static inline bool launch_maps_shm_segment(void)
+{
+    FILE *f = fopen("/proc/self/maps", "r");
+    char line[512];
+    bool found = false;
+    while (f && fgets(line, sizeof(line), f))
+        found |= strstr(line, "libcollective-shm") != NULL;
+    if (f)
+        fclose(f);
+    return found;
+}
+
 static inline int launch_free_port(void)
 {
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};

@@ -81,18 +81,6 @@ struct kill_record {
 static bool verbose;
 static const char *transport = "shm";
 
-/* True when this process still maps a segment of the shm transport. */
-static bool maps_shm_segment(void)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[512];
-    bool found = false;
-    while (f && fgets(line, sizeof(line), f))
-        found |= strstr(line, "libcollective-shm") != NULL;
-    if (f)
-        fclose(f);
-    return found;
-}
 
 /* Entries of /dev/shm whose name mentions the library. */
 static int dev_shm_leftovers(void)
@@ -229,7 +217,7 @@ static int rank_main(int rank, const char *comm_id, int wfd)
         fprintf(stderr, "[rank %d] collCommDestroy took %.2f s\n", rank, rec.destroy_s);
         code = code ? code : EXIT_SLOW_DESTROY;
     }
-    if (maps_shm_segment()) {
+    if (launch_maps_shm_segment()) {
         fprintf(stderr, "[rank %d] a shared-memory segment is mapped after destroy\n", rank);
         code = code ? code : EXIT_SEGMENT_LEFT;
     }

@@ -40,17 +40,6 @@ static void *rank_main(void *p)
     return NULL;
 }
 
-static bool maps_shm_segment(void)
-{
-    FILE *f = fopen("/proc/self/maps", "r");
-    char line[512];
-    bool found = false;
-    while (f && fgets(line, sizeof(line), f))
-        found |= strstr(line, "libcollective-shm") != NULL;
-    if (f)
-        fclose(f);
-    return found;
-}
 
 int main(void)
 {
@@ -99,7 +88,7 @@ int main(void)
             failures++;
         }
     }
-    if (maps_shm_segment()) {
+    if (launch_maps_shm_segment()) {
         fprintf(stderr, "FAIL: a segment is still mapped\n");
         failures++;
     }
