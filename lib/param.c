@@ -58,7 +58,8 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                              "0 lets the plan choose"},
     [COLL_PARAM_SPIN_US] = {"COLL_SPIN_US", COLL_PARAM_TYPE_INT, "-1",
                             "microseconds a wait polls without sleeping before it blocks "
-                            "in poll(); -1 picks by load (more ranks than cores: less)"},
+                            "in poll(); -1 picks by transport and load (shared memory: "
+                            "1 ms; more ranks than cores: less)"},
     [COLL_PARAM_SMALL_BYTES] = {"COLL_SMALL_BYTES", COLL_PARAM_TYPE_SIZE, "-1",
                                 "allreduce up to this many bytes gathers whole buffers (Bruck) "
                                 "and reduces locally; -1: 256 KiB for 2 ranks, 32 KiB up to 8, "
