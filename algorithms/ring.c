@@ -143,50 +143,46 @@ static void ring_recv_buf(void *vctx, size_t i, void **p, size_t *bytes)
     }
 }
 
+/* Reduce-scatter step s < nrs: reduces n elements of piece i, from byte boff of
+ * the piece on, out of src (what arrived) with this rank's input into the
+ * output, or into the partial block (reduce_scatter). */
+static void ring_reduce_piece(struct ring_ctx *x, size_t i, int s, int seg, size_t off,
+                              size_t boff, const void *src, size_t n)
+{
+    char *dst;
+    if (!x->rs_out_block)
+        dst = x->out + off * x->esize + boff;
+    else if (s == x->nrs - 1)
+        dst = x->out + ring_koff(x, i, seg) * x->esize + boff;
+    else /* where ring_recv_buf lands it */
+        dst = x->partial[s & 1] + ring_koff(x, i, seg) * x->esize + boff;
+    coll_reduce(x->a->op, x->a->dtype, dst, src, x->in + off * x->esize + boff, n);
+    if (s == x->nrs - 1 && x->a->op == collAvg)
+        coll_reduce_div(x->a->dtype, dst, dst, n, x->n);
+}
+
 static void ring_process(void *vctx, size_t i, void *recvd)
 {
     struct ring_ctx *x = vctx;
     int s, seg;
     size_t off, len;
     ring_where(x, i, false, &s, &seg, &off, &len);
-    if (s >= x->nrs || len == 0)
-        return;
-    char *dst;
-    if (!x->rs_out_block)
-        dst = x->out + off * x->esize;
-    else if (s == x->nrs - 1)
-        dst = x->out + ring_koff(x, i, seg) * x->esize;
-    else
-        dst = recvd;
-    coll_reduce(x->a->op, x->a->dtype, dst, recvd, x->in + off * x->esize, len);
-    if (s == x->nrs - 1 && x->a->op == collAvg)
-        coll_reduce_div(x->a->dtype, dst, dst, len, x->n);
+    if (s < x->nrs && len > 0)
+        ring_reduce_piece(x, i, s, seg, off, 0, recvd, len);
 }
 
-/* Zero copy (pipe.h): reduces from the peer's bytes straight into the output,
- * or copies them there in the allgather steps; ring_process without the copy. */
+/* Zero copy (pipe.h): ring_process straight from the peer's bytes, or, in the
+ * allgather steps, the copy into the output that a receive would have made. */
 static void ring_consume(void *vctx, size_t i, size_t boff, const void *src, size_t len)
 {
     struct ring_ctx *x = vctx;
     int s, seg;
     size_t off, elen;
     ring_where(x, i, false, &s, &seg, &off, &elen);
-    size_t at = off * x->esize + boff;
-    if (s >= x->nrs) {
-        memcpy(x->out + at, src, len);
-        return;
-    }
-    char *dst;
-    if (!x->rs_out_block)
-        dst = x->out + at;
-    else if (s == x->nrs - 1)
-        dst = x->out + ring_koff(x, i, seg) * x->esize + boff;
+    if (s >= x->nrs)
+        memcpy(x->out + off * x->esize + boff, src, len);
     else
-        dst = x->partial[s & 1] + ring_koff(x, i, seg) * x->esize + boff;
-    size_t n = len / x->esize;
-    coll_reduce(x->a->op, x->a->dtype, dst, src, x->in + at, n);
-    if (s == x->nrs - 1 && x->a->op == collAvg)
-        coll_reduce_div(x->a->dtype, dst, dst, n, x->n);
+        ring_reduce_piece(x, i, s, seg, off, boff, src, len / x->esize);
 }
 
 static collResult_t ring_conns(struct coll_comm *comm, struct coll_conn **send_p,

@@ -119,7 +119,7 @@ collResult_t coll_algo_check_env(struct coll_comm *comm)
         for (int i = 0; i < NALGOS; i++)
             if (allowed[i])
                 comm->algo_mask[f] |= 1u << i;
-        comm->last_algo[f] = -1;
+        comm->choice[f].valid = false;
     }
     return collSuccess;
 }
@@ -173,12 +173,10 @@ collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const st
         coll_set_error(comm, "%s: no algorithm can run it", coll_func_name(f));
         return collInternalError;
     }
-    if (comm->last_algo[f] != best) {
+    if (!ch->valid || ch->algo != best) /* logged when the choice changes */
         COLL_INFO(COLL_SUBSYS_ALGO, "%s of %zu x %s on %d ranks: %s, predicted %.1f us",
                   coll_func_name(f), a->count, coll_dtype_name(a->dtype), comm->nranks,
                   algo_table[best]->name, best_us < 1e299 ? best_us : -1.0);
-        comm->last_algo[f] = best;
-    }
     *ch = (__typeof__(*ch)){.valid = true, .count = a->count, .dtype = (int)a->dtype,
                             .op = (int)a->op, .root = a->root, .algo = best,
                             .mask = comm->algo_mask[f]};

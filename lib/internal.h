@@ -90,8 +90,8 @@ struct coll_comm {
     size_t small_bytes;
     struct coll_model model;
     uint32_t algo_mask[COLL_FUNC_COUNT]; /* algorithms COLL_ALGO allows, per collective */
-    int last_algo[COLL_FUNC_COUNT];      /* for logging changes of choice */
-    struct {                             /* the last choice, reused for the same call */
+    struct {                             /* the last choice: reused for the same call,
+                                          * logged when it changes */
         bool valid;
         size_t count;
         int dtype, op, root, algo;

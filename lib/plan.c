@@ -4,7 +4,7 @@
  * into microseconds; lib/algo.c picks the lowest.
  *
  * alpha and the bandwidths come from COLL_LINK_LATENCY_NS / COLL_LINK_BW_MBS, or
- * are measured once at init with the ring itself: the best of ten 4-byte
+ * are measured once at init with the ring itself: the best of fifty 4-byte
  * allreduces (ceil(log2 n) hops) gives alpha, the best of three 1 MiB allgathers
  * gives a core's copy speed (a core per rank) or the host's (more ranks than
  * cores).  Every rank then takes the slowest rank's figures (an allreduce with

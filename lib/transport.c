@@ -112,29 +112,43 @@ void coll_transport_shutdown_all(struct coll_comm *comm)
     }
 }
 
-/* The transport state for peer: the first allowed transport both sides offer
- * whose can_connect agrees. */
-static collResult_t transport_pick(struct coll_comm *comm, int peer, struct coll_tp_state **st_p,
-                                   int *index_p)
+/* Position of tp in the table: the bit in tp_mask, the slot in tp_handle. */
+static int transport_index(const struct coll_transport *tp)
+{
+    int index = 0;
+    while (transport_table[index] != tp)
+        index++;
+    return index;
+}
+
+/* The comm->tps slot for peer: the first allowed transport both sides offer whose
+ * can_connect agrees; -1 when none does. */
+static int transport_find(const struct coll_comm *comm, int peer)
 {
     const struct coll_rank_info *pi = &comm->peers[peer].info;
     for (int i = 0; i < comm->ntps; i++) {
-        struct coll_tp_state *st = &comm->tps[i];
-        int index = 0;
-        while (transport_table[index] != st->tp)
-            index++;
-        if (!(pi->tp_mask & (1u << index)))
-            continue;
+        const struct coll_tp_state *st = &comm->tps[i];
+        int index = transport_index(st->tp);
         bool ok = false;
-        COLL_CHECK(st->tp->can_connect(st->ctx, pi, pi->tp_handle[index], &ok));
-        if (ok) {
-            *st_p = st;
-            *index_p = index;
-            return collSuccess;
-        }
+        if ((pi->tp_mask & (1u << index)) &&
+            st->tp->can_connect(st->ctx, pi, pi->tp_handle[index], &ok) == collSuccess && ok)
+            return i;
     }
-    coll_set_error(comm, "no common transport with rank %d (%.64s)", peer, pi->host);
-    return collInvalidUsage;
+    return -1;
+}
+
+static collResult_t transport_pick(struct coll_comm *comm, int peer, struct coll_tp_state **st_p,
+                                   int *index_p)
+{
+    int i = transport_find(comm, peer);
+    if (i < 0) {
+        coll_set_error(comm, "no common transport with rank %d (%.64s)", peer,
+                       comm->peers[peer].info.host);
+        return collInvalidUsage;
+    }
+    *st_p = &comm->tps[i];
+    *index_p = transport_index(comm->tps[i].tp);
+    return collSuccess;
 }
 
 collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
@@ -200,18 +214,8 @@ const struct coll_transport *coll_transport_for_peer(const struct coll_comm *com
     if (c)
         return c->tp;
     /* Not connected yet: the transport the first connection will take. */
-    for (int i = 0; i < comm->ntps; i++) {
-        const struct coll_tp_state *st = &comm->tps[i];
-        int index = 0;
-        while (transport_table[index] != st->tp)
-            index++;
-        bool ok = false;
-        if ((p->info.tp_mask & (1u << index)) &&
-            st->tp->can_connect(st->ctx, &p->info, p->info.tp_handle[index], &ok) ==
-                collSuccess && ok)
-            return st->tp;
-    }
-    return NULL;
+    int i = transport_find(comm, peer);
+    return i < 0 ? NULL : comm->tps[i].tp;
 }
 
 const char *coll_transport_peer_name(const struct coll_comm *comm, int peer)

@@ -54,7 +54,6 @@
 struct shm_handle {
     uint32_t magic;
     uint32_t pad;
-    uint64_t boot_hash;     /* boot id and host name: comm->peers[].info.host_hash */
     uint64_t netns;         /* inode of the network namespace: the socket is reachable */
     char name[96];          /* abstract socket name, without the leading NUL */
 };
@@ -167,8 +166,9 @@ static collResult_t shm_can_connect(void *vctx, const struct coll_rank_info *pee
     struct shm_handle h;
     memcpy(&h, handle, sizeof(h));
     const struct coll_rank_info *mine = &ctx->comm->peers[ctx->comm->rank].info;
+    /* host_hash covers the boot id and the host name */
     *ok_p = h.magic == SHM_MAGIC && peer->host_hash == mine->host_hash &&
-            h.boot_hash == mine->host_hash && h.netns == ctx->netns && ctx->netns != 0;
+            h.netns == ctx->netns && ctx->netns != 0;
     return collSuccess;
 }
 
@@ -184,10 +184,7 @@ static socklen_t shm_sockaddr(const char *name, struct sockaddr_un *sa)
 static collResult_t shm_listen(void *vctx, void *handle, struct coll_conn **lis_p)
 {
     struct shm_ctx *ctx = vctx;
-    struct coll_comm *comm = ctx->comm;
-    struct shm_handle h = {.magic = SHM_MAGIC,
-                           .boot_hash = comm->peers[comm->rank].info.host_hash,
-                           .netns = ctx->netns};
+    struct shm_handle h = {.magic = SHM_MAGIC, .netns = ctx->netns};
     uint8_t rnd[8];
     if (getrandom(rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd)) {
         COLL_WARN("shm: getrandom failed: %s", strerror(errno));
