@@ -192,9 +192,17 @@ static void root_serve(struct root_state *st)
             }
             if (failed != collSuccess) {
                 COLL_WARN("bootstrap root %s: %s", st->addr, fail_msg);
-                root_reply_error(fd, failed, fail_msg);
-                close(fd);
+                /* Rank 0 last, as in root_fail_all: its process may run this thread. */
+                if (reg.rank != 0) {
+                    root_reply_error(fd, failed, fail_msg);
+                    close(fd);
+                    fd = -1;
+                }
                 root_fail_all(fds, nranks, failed, fail_msg);
+                if (fd >= 0) {
+                    root_reply_error(fd, failed, fail_msg);
+                    close(fd);
+                }
                 continue;
             }
             fds[reg.rank] = fd;

@@ -3,7 +3,8 @@
  * within COLL_TIMEOUT_MS plus slack, and never hangs; and a stranger talking to the
  * root does not disturb a communicator that can form.
  *
- *   a. wrong nranks: one rank passes 3, the other 2 (both ways round)
+ *   a. wrong nranks: one rank passes 3, the other 2 (both ways round); and, 20 times,
+ *      rank 0 (whose process runs the root) refused after rank 1 registered
  *   b. duplicate rank: ranks 0, 1, 1 of 3
  *   c. the root never answers: nobody listens at COLL_COMM_ID; the listener of a
  *      collGetUniqueId id is gone (its process exited); a listener that accepts
@@ -496,6 +497,52 @@ static void run_listener_scenario(const char *name, int n, int flip, bool garbag
            launch_now() - t0);
 }
 
+/* a3: the rank in the root's process is the one refused, and registers after the
+ * others: they must still get the root's answer, not a closed connection, even when
+ * the refused rank's process exits the moment it has its own.  Rank 0 makes the id
+ * with collGetUniqueId and passes nranks 2; rank 1 passes 3 and registers first. */
+static void scenario_refused_root_rank(int rounds)
+{
+    const char *name = "a3 rank 0 refused after rank 1, x20";
+    double t0 = launch_now();
+    int bad = 0;
+
+    for (int round = 0; round < rounds && !bad; round++) {
+        struct child ch[2];
+        struct rank_spec sp[2];
+        int idp[2], gop[2];
+        collUniqueId id;
+        int before = failures;
+
+        if (pipe(idp) != 0 || pipe(gop) != 0)
+            exit(1);
+        sp[0] = (struct rank_spec){.rank = 0, .nranks = 2, .id_out_fd = idp[1],
+                                   .go_in_fd = gop[0]};
+        start_rank(&ch[0], &sp[0]);
+        if (read(idp[0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
+            FAIL("%s: no id from rank 0", name);
+            kill(ch[0].pid, SIGKILL);
+            wait_children(ch, 1, launch_now(), name);
+            return;
+        }
+        sp[1] = (struct rank_spec){.rank = 1, .nranks = 3, .have_id = true, .id = id,
+                                   .id_out_fd = -1, .go_in_fd = -1};
+        start_rank(&ch[1], &sp[1]);
+        usleep(50000); /* rank 1 has registered by now */
+        if (write(gop[1], "g", 1) != 1)
+            exit(1);
+        wait_children(ch, 2, launch_now() + (TIMEOUT_MS + 2 * SLACK_MS) / 1000.0, name);
+        expect_all_fail(ch, 2, name, "nranks");
+        bad = failures != before;
+        close(idp[0]);
+        close(idp[1]);
+        close(gop[0]);
+        close(gop[1]);
+    }
+    printf("%-40s %s, %.1f s\n", name, failures ? "(failures so far)" : "ok",
+           launch_now() - t0);
+}
+
 /* e2: with COLL_COMM_ID rank 0 listens during its init; garbage reaches it first. */
 static void scenario_garbage_env(void)
 {
@@ -550,6 +597,7 @@ int main(int argc, char **argv)
                      (const int[]){3, 2}, -1, NULL, false, "nranks|number of ranks|size");
     run_env_scenario("a2 nranks 2 on the root, 3 elsewhere", 2, (const int[]){0, 1},
                      (const int[]){2, 3}, -1, NULL, false, "nranks|number of ranks|size");
+    scenario_refused_root_rank(20);
 
     /* b. duplicate rank. */
     run_env_scenario("b  duplicate rank 1", 3, (const int[]){0, 1, 1}, (const int[]){3, 3, 3},
