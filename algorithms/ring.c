@@ -17,11 +17,6 @@
  *   rank 2: a2 b2 c2    sends c2 ->0      b1+b2 ->0
  *   after step 1: rank 0 owns b (b1+b2+b0), rank 1 owns c, rank 2 owns a.
  *
- * Small messages (<= comm->small_bytes): every rank gathers all n buffers with
- * Bruck's allgather (ceil(log2 n) hops, bruck.c) and reduces them locally in rank
- * order.  Every rank reduces the same data in the same order, so the
- * results are bitwise identical.
- *
  * ReduceScatter: the reduce-scatter half, rotated so rank r ends with block r;
  * partial sums live in a double buffer of two blocks.  AllGather: the allgather
  * half, n-1 steps, (n-1)/n of the output sent per rank.
@@ -30,14 +25,13 @@
  * rank adding its contribution as the slices pass.
  *
  * Order of reduction is fixed by the ring, so results repeat run after run.
- * Limitations: latency grows linearly with n (the tree of a later algorithm is
- * better for small messages on many ranks).
+ * Limitations: latency grows linearly with n; for small messages on many ranks
+ * the tree (tree.c) and recursive doubling (rd.c) take about log2 n rounds.
  */
 #include <math.h>
 #include <string.h>
 
 #include "algo.h"
-#include "bruck.h"
 #include "exec.h"
 #include "pattern.h"
 #include "pipe.h"
@@ -240,26 +234,6 @@ static collResult_t ring_allgather(struct coll_comm *comm, const struct coll_arg
     return ring_allgather_impl(comm, a->sendbuf, a->recvbuf, a->count, a->dtype);
 }
 
-/* Gathers every rank's buffer (Bruck, ceil(log2 n) hops), then reduces locally
- * in rank order, so every rank computes the same thing. */
-static collResult_t ring_allreduce_small(struct coll_comm *comm, const struct coll_args *a)
-{
-    size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
-    int n = comm->nranks, r = comm->rank;
-    char *all;
-    COLL_CHECK(coll_comm_scratch(comm, bytes * (size_t)n, (void **)&all));
-    COLL_CHECK(coll_bruck_allgather(comm, a->sendbuf, all, bytes));
-    /* all holds rank (r + p) mod n at position p. */
-#define BLOCK(j) (all + (size_t)coll_mod((long)(j) - r, n) * bytes)
-    coll_reduce(a->op, a->dtype, a->recvbuf, BLOCK(0), BLOCK(1), a->count);
-    for (int j = 2; j < n; j++)
-        coll_reduce(a->op, a->dtype, a->recvbuf, a->recvbuf, BLOCK(j), a->count);
-#undef BLOCK
-    if (a->op == collAvg)
-        coll_reduce_div(a->dtype, a->recvbuf, a->recvbuf, a->count, n);
-    return collSuccess;
-}
-
 static collResult_t ring_allreduce(struct coll_comm *comm, const struct coll_args *a)
 {
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
@@ -269,8 +243,6 @@ static collResult_t ring_allreduce(struct coll_comm *comm, const struct coll_arg
             memcpy(a->recvbuf, a->sendbuf, bytes);
         return collSuccess;
     }
-    if (bytes <= comm->small_bytes)
-        return ring_allreduce_small(comm, a);
     struct ring_ctx x = {.comm = comm, .a = a, .n = n, .r = comm->rank, .esize = esize,
                          .nrs = n - 1, .in = a->sendbuf, .out = a->recvbuf};
     size_t off0, len0;
@@ -445,23 +417,16 @@ static double ring_predict(const struct coll_comm *comm, enum coll_func f,
     double frac = (double)(n - 1) / n;
     if (n == 1)
         return 0;
-    int R = coll_log2_ceil(n);
     switch (f) {
-    case COLL_FUNC_ALLREDUCE:
-        if (S <= (double)comm->small_bytes) /* Bruck's allgather, then a local reduce */
-            return coll_model_cost(m, n, &(struct coll_cost){
-                .rounds = R, .msgs = (double)n * R, .busiest_msgs = 2.0 * R,
-                .rank_bytes = 2 * (n - 1) * S, .total_bytes = 2.0 * n * (n - 1) * S,
-                .reduce_bytes = (n - 1) * S});
-        {
-            /* Over transports that lend received bytes in place the reduce-scatter
-             * reduces from the peer's slot: two passes over its bytes, not three. */
-            double rs = m->lend ? 2.0 / 3.0 : 1.0;
-            return coll_model_cost(m, n, &(struct coll_cost){
-                .rounds = 2 * (n - 1), .msgs = 2.0 * n * (n - 1), .busiest_msgs = 4.0 * (n - 1),
-                .rank_bytes = (2 + 2 * rs) * frac * S, .total_bytes = (2 + 2 * rs) * (n - 1) * S,
-                .reduce_bytes = frac * S});
-        }
+    case COLL_FUNC_ALLREDUCE: {
+        /* Over transports that lend received bytes in place the reduce-scatter
+         * reduces from the peer's slot: two passes over its bytes, not three. */
+        double rs = m->lend ? 2.0 / 3.0 : 1.0;
+        return coll_model_cost(m, n, &(struct coll_cost){
+            .rounds = 2 * (n - 1), .msgs = 2.0 * n * (n - 1), .busiest_msgs = 4.0 * (n - 1),
+            .rank_bytes = (2 + 2 * rs) * frac * S, .total_bytes = (2 + 2 * rs) * (n - 1) * S,
+            .reduce_bytes = frac * S});
+    }
     case COLL_FUNC_BROADCAST:
     case COLL_FUNC_REDUCE: {
         /* A pipelined chain: n-1 rounds to fill it, then the buffer at link speed. */

@@ -14,6 +14,7 @@ static const struct coll_algo *const algo_table[] = {
     &coll_algo_ring,
     &coll_algo_tree,
     &coll_algo_naive,
+    &coll_algo_rd,
 };
 #define NALGOS ((int)(sizeof(algo_table) / sizeof(algo_table[0])))
 

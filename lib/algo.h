@@ -29,6 +29,7 @@ struct coll_algo {
 extern const struct coll_algo coll_algo_ring;
 extern const struct coll_algo coll_algo_tree;
 extern const struct coll_algo coll_algo_naive;
+extern const struct coll_algo coll_algo_rd;
 
 const char *coll_func_name(enum coll_func f);
 /* A schedule as the planner sees it.  Bytes are sent + received. */

@@ -134,19 +134,10 @@ static void comm_tune(struct coll_comm *comm)
     /* Polling shared memory costs no system call, and blocking there costs one on
      * each side: such waits poll up to 1 ms unless COLL_SPIN_US says otherwise. */
     comm->spin_cheap_ns = spin >= 0 ? comm->spin_ns : 1000 * 1000;
-    int64_t small = coll_param_int(COLL_PARAM_SMALL_BYTES);
-    if (small >= 0)
-        comm->small_bytes = (size_t)small;
-    else
-        /* Measured crossovers against the ring on this machine: ~32 KiB for 4 and
-         * 8 ranks; the gathered volume grows with n, so the threshold shrinks. */
-        comm->small_bytes = comm->nranks <= 2   ? 256 * 1024
-                            : comm->nranks <= 8 ? 32 * 1024
-                                                : 256 * 1024 / (size_t)comm->nranks;
     COLL_INFO(COLL_SUBSYS_INIT, "rank %d/%d: %d rank(s) on this host, %d core(s); slice %zu B, "
-              "depth %d, spin %lld us%s, gather-reduce up to %zu B", comm->rank, comm->nranks,
-              local, cores, comm->chunk_bytes, comm->depth, (long long)(comm->spin_ns / 1000),
-              comm->oversubscribed ? " oversubscribed" : "", comm->small_bytes);
+              "depth %d, spin %lld us%s", comm->rank, comm->nranks, local, cores,
+              comm->chunk_bytes, comm->depth, (long long)(comm->spin_ns / 1000),
+              comm->oversubscribed ? " oversubscribed" : "");
 }
 
 static void comm_free(struct coll_comm *comm)

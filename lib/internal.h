@@ -38,7 +38,7 @@ struct coll_peer {
  * b / reduce_gbs.  The host and wake terms are what make a star or a tree cheap
  * on a host with fewer cores than ranks.  Identical on every rank. */
 struct coll_model {
-    double alpha_us;  /* one round of the ring's small allreduce, measured */
+    double alpha_us;  /* one round of recursive doubling's small allreduce, measured */
     double lat_us;
     double msg_us;
     double wake_us;
@@ -87,7 +87,6 @@ struct coll_comm {
     bool oversubscribed;           /* more ranks on this host than cores */
     int local_ranks;               /* ranks on this host (same host hash) */
     int cores;                     /* online cores of this host */
-    size_t small_bytes;
     struct coll_model model;
     uint32_t algo_mask[COLL_FUNC_COUNT]; /* algorithms COLL_ALGO allows, per collective */
     struct {                             /* the last choice: reused for the same call,

@@ -4,6 +4,11 @@
 
 #include <stdint.h>
 
+#include "config.h" /* COLL_TRACE: read here, wherever log.h is first included */
+#ifndef COLL_TRACE
+#error "config.h must define COLL_TRACE"
+#endif
+
 enum coll_log_level { COLL_LOG_NONE, COLL_LOG_VERSION, COLL_LOG_WARN, COLL_LOG_INFO,
                       COLL_LOG_TRACE };
 

@@ -48,8 +48,8 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                                "transports to use (shm, tcp; same-host peers take shm "
                                "first); ^ excludes"},
     [COLL_PARAM_ALGO] = {"COLL_ALGO", COLL_PARAM_TYPE_STR, NULL,
-                         "algorithm override: ring, or allreduce:ring;broadcast:ring; ^ "
-                         "excludes"},
+                         "algorithm override (ring, tree, naive, rd): ring, or "
+                         "allreduce:ring;broadcast:ring; ^ excludes"},
     [COLL_PARAM_CHUNKSIZE] = {"COLL_CHUNKSIZE", COLL_PARAM_TYPE_SIZE, "0",
                               "bytes per pipelined slice; 0: 512 KiB, or 32 KiB when the host "
                               "has more ranks than cores"},
@@ -60,10 +60,6 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                             "microseconds a wait polls without sleeping before it blocks "
                             "in poll(); -1 picks by transport and load (shared memory: "
                             "1 ms; more ranks than cores: less)"},
-    [COLL_PARAM_SMALL_BYTES] = {"COLL_SMALL_BYTES", COLL_PARAM_TYPE_SIZE, "-1",
-                                "allreduce up to this many bytes gathers whole buffers (Bruck) "
-                                "and reduces locally; -1: 256 KiB for 2 ranks, 32 KiB up to 8, "
-                                "256 KiB / n beyond"},
     [COLL_PARAM_LINK_LATENCY_NS] = {"COLL_LINK_LATENCY_NS", COLL_PARAM_TYPE_INT, "-1",
                                     "latency of one message to a neighbour, for the planner's "
                                     "cost model; -1 measures it at init"},

@@ -4,8 +4,9 @@
  * into microseconds; lib/algo.c picks the lowest.
  *
  * alpha and the bandwidths come from COLL_LINK_LATENCY_NS / COLL_LINK_BW_MBS, or
- * are measured once at init with the ring itself: the best of fifty 4-byte
- * allreduces (ceil(log2 n) hops) gives alpha, the best of three 1 MiB allgathers
+ * are measured once at init: the best of fifty 4-byte recursive-doubling
+ * allreduces (rd.c: log2 p rounds, 2 more when n is not a power of two p) gives
+ * alpha, the best of three 1 MiB ring allgathers
  * gives a core's copy speed (a core per rank) or the host's (more ranks than
  * cores).  Every rank then takes the slowest rank's figures (an allreduce with
  * max), so the model, and with it every later choice, is the same everywhere. */
@@ -17,8 +18,8 @@
 #include "pattern.h"
 #include "reduce.h"
 
-/* Splits alpha, one round of the ring's small allreduce (Bruck's allgather: each
- * rank sends one message and receives one, n messages in all), into the round's
+/* Splits alpha, one round of the small allreduce (recursive doubling: each rank
+ * sends one message and receives one, about n messages in all), into the round's
  * latency, the CPU of the two messages at each rank and, with more ranks than
  * cores, the wake-ups of all n messages:
  *     alpha = lat + 2 msg + n wake / cores,  msg = r_msg lat,  wake = r_wake lat,
@@ -73,15 +74,17 @@ collResult_t coll_plan_init(struct coll_comm *comm)
         return collSuccess;
     }
 
-    const struct coll_algo *ring = &coll_algo_ring;
+    const struct coll_algo *ring = &coll_algo_ring, *rd = &coll_algo_rd;
     double alpha = 1e300;
     float one = 1.0f, out;
+    int pow2 = 1 << (coll_log2_ceil(n + 1) - 1); /* the largest power of two <= n */
+    int rounds = coll_log2_ceil(pow2) + (pow2 < n ? 2 : 0);
     for (int rep = 0; rep < 50; rep++) {
         struct coll_args a = {&one, &out, 1, collFloat, collSum, 0};
         coll_exec_begin(comm, "plan probe");
         int64_t t0 = coll_now_ns();
-        COLL_CHECK(ring->run[COLL_FUNC_ALLREDUCE](comm, &a));
-        alpha = fmin(alpha, (double)(coll_now_ns() - t0) / 1e3 / coll_log2_ceil(n));
+        COLL_CHECK(rd->run[COLL_FUNC_ALLREDUCE](comm, &a));
+        alpha = fmin(alpha, (double)(coll_now_ns() - t0) / 1e3 / rounds);
     }
     size_t per = (1u << 20) / (size_t)n;
     char *buf;

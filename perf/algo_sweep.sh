@@ -7,13 +7,13 @@
 # between separate runs), "best forced / auto" the planner's own run.
 #
 #   perf/algo_sweep.sh [BUILD_DIR]
-#   env: NS="2 4 8"  ALGOS="ring tree naive"  SIZES="-b 8 -e 64M -f 4"  REPS=2  ITERS=10
+#   env: NS="2 4 8"  ALGOS="ring tree naive rd"  SIZES="-b 8 -e 64M -f 4"  REPS=2  ITERS=10
 #        OUT=dir  RUN=0 (tabulate and plot what OUT already holds)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
 NS=${NS:-"2 4 8"}
-ALGOS=${ALGOS:-"ring tree naive"}
+ALGOS=${ALGOS:-"ring tree naive rd"}
 SIZES=${SIZES:-"-b 8 -e 64M -f 4"}
 REPS=${REPS:-2}
 ITERS=${ITERS:-10}

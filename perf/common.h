@@ -50,7 +50,7 @@ struct perf_case {
 };
 
 /* Internal to the library, linked from its static archive: the algorithm that ran
- * the last call on comm ("ring", "tree", "naive", "p2p"). */
+ * the last call on comm ("ring", "tree", "naive", "rd", "p2p"). */
 const char *coll_comm_last_algo(const struct coll_comm *comm);
 /* Internal too: the transport between this rank and peer ("shm", "tcp"). */
 const char *coll_transport_peer_name(const struct coll_comm *comm, int peer);

@@ -6,14 +6,24 @@
  *   collSystemError from collCommInitRank, fast, with a message that names shared
  *   memory and /dev/shm, and nothing may be left mapped.
  *
+ * - A sender that leaves right after its last send: rank 1 sends (8 B, or 6 MiB:
+ *   more than the slots hold) and destroys its communicator at once, which closes
+ *   its socket after a delay of 0 to 2 ms while rank 0 waits to receive, and two
+ *   threads keep the cores busy so that the ranks are preempted anywhere.  Every byte published
+ *   before the close must arrive, never "connection closed by peer" (a receiver
+ *   once saw the close between an empty look at the slots and the bytes landing).
+ *   40 rounds, so that the close lands at different points of the receiver's wait.
+ *
  *   test_shm
  */
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include "launch.h"
 
@@ -40,12 +50,104 @@ static void *rank_main(void *p)
     return NULL;
 }
 
+struct leave_arg {
+    int rank;
+    collUniqueId id;
+    size_t bytes;
+    int delay_us;
+    collResult_t res;
+    bool wrong;
+    char msg[512];
+};
+
+static void *leave_main(void *p)
+{
+    struct leave_arg *a = p;
+    collComm_t comm = NULL;
+    unsigned char *buf = malloc(a->bytes);
+    a->res = collCommInitRank(&comm, NRANKS, a->id, a->rank);
+    if (a->res == collSuccess && buf != NULL) {
+        if (a->rank == 1) {
+            for (size_t i = 0; i < a->bytes; i++)
+                buf[i] = (unsigned char)(i * 7 + 3);
+            usleep((useconds_t)a->delay_us);
+            a->res = collSend(buf, a->bytes, collUint8, 0, comm, NULL);
+        } else {
+            memset(buf, 0, a->bytes);
+            a->res = collRecv(buf, a->bytes, collUint8, 1, comm, NULL);
+            for (size_t i = 0; a->res == collSuccess && i < a->bytes; i++)
+                if (buf[i] != (unsigned char)(i * 7 + 3)) {
+                    a->wrong = true;
+                    break;
+                }
+        }
+    }
+    snprintf(a->msg, sizeof(a->msg), "%s", collGetLastError(comm));
+    if (comm != NULL)
+        collCommDestroy(comm);
+    free(buf);
+    return NULL;
+}
+
+static void *burn_main(void *p)
+{
+    atomic_bool *stop = p;
+    while (!atomic_load_explicit(stop, memory_order_relaxed))
+        ;
+    return NULL;
+}
+
+/* The sender leaves as soon as its send is complete; the receiver must still get
+ * it all.  Returns the failures. */
+static int check_sender_leaves(void)
+{
+    static const int delays_us[] = {0, 0, 50, 300, 2000};
+    int failures = 0;
+    /* Two threads that only burn the cores: the ranks are preempted at any point,
+     * as on a loaded host, which widens the window between a look and the next. */
+    pthread_t burn[2];
+    atomic_bool stop = false;
+    for (int i = 0; i < 2; i++)
+        pthread_create(&burn[i], NULL, burn_main, &stop);
+    for (int round = 0; round < 40; round++) {
+        collUniqueId id;
+        if (collGetUniqueId(&id) != collSuccess) {
+            fprintf(stderr, "collGetUniqueId: %s\n", collGetLastError(NULL));
+            return failures + 1;
+        }
+        struct leave_arg args[NRANKS];
+        pthread_t th[NRANKS];
+        for (int r = 0; r < NRANKS; r++) {
+            args[r] = (struct leave_arg){.rank = r, .id = id,
+                                         .bytes = round % 2 ? 6u << 20 : 8,
+                                         .delay_us = delays_us[round % 5]};
+            pthread_create(&th[r], NULL, leave_main, &args[r]);
+        }
+        for (int r = 0; r < NRANKS; r++)
+            pthread_join(th[r], NULL);
+        for (int r = 0; r < NRANKS; r++) {
+            const struct leave_arg *a = &args[r];
+            if (a->res != collSuccess || a->wrong) {
+                fprintf(stderr, "FAIL: sender leaves, round %d (%zu B, receiver waits %d us): "
+                        "rank %d: %s: %s\n", round, a->bytes, a->delay_us, r,
+                        a->wrong ? "wrong bytes" : collGetErrorString(a->res), a->msg);
+                failures++;
+            }
+        }
+    }
+    atomic_store(&stop, true);
+    for (int i = 0; i < 2; i++)
+        pthread_join(burn[i], NULL);
+    printf("sender leaves right after its send: 40 rounds, %d failure(s)\n", failures);
+    return failures;
+}
 
 int main(void)
 {
     int failures = 0;
     setenv("COLL_TRANSPORTS", "shm", 1);
     setenv("COLL_TIMEOUT_MS", "5000", 1);
+    failures += check_sender_leaves();
     /* A segment is 4 KiB of control and 16 x 256 KiB of slots: 1 MiB is too small,
      * and the kernel's SIGXFSZ is ignored so that the call fails with EFBIG. */
     signal(SIGXFSZ, SIG_IGN);

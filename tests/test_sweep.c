@@ -27,6 +27,9 @@
  * belongs would go unseen, which no power-of-two or per-rank chunking produces.
  * Broadcast and allgather data are random bytes without period.
  *
+ * Then, for allreduce, inputs whose sum depends on the order of reduction:
+ * every rank must end with the same bytes as every other (same_everywhere).
+ *
  * The 1M+3 count is the slow part.  By default it runs for a subset (every type
  * with sum, every op with float32 and int32, four element sizes for the copies);
  * --full or COLL_TEST_FULL=1 runs all of it, --quick none of it.
@@ -845,6 +848,67 @@ static void sweep_kind(struct sweep_rank *sr, enum sweep_kind k, struct sweep_ta
     t->seconds = launch_now() - t0;
 }
 
+/* Inputs whose sum depends on the order of reduction (random floats of every
+ * magnitude): the result is not checked against a reference, but every rank
+ * must hold the same bytes, whatever the algorithm.  Each rank hashes its output
+ * and the ranks compare hashes with a max and a min allreduce of a uint64
+ * (exact, whatever the algorithm). */
+static void same_everywhere(struct sweep_rank *sr)
+{
+    static const collDataType_t types[] = {collFloat32, collFloat64, collFloat16, collBfloat16};
+    static const size_t counts[] = {1, 5, 4099, 300007};
+    struct launch_rank *lr = sr->lr;
+    int cases = 0, failed = 0;
+    double t0 = launch_now();
+
+    for (size_t ti = 0; ti < sizeof(types) / sizeof(types[0]); ti++) {
+        for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+            for (int inplace = 0; inplace < 2; inplace++) {
+                collDataType_t t = types[ti];
+                size_t count = counts[ci], es = dtypes[t].size, bytes = count * es;
+                unsigned char *in = malloc(bytes), *out = malloc(bytes);
+                if (!in || !out)
+                    launch_fatal(lr, "out of memory");
+                /* Random mantissas, exponents within a few binades of 1: sums
+                 * that round differently in every order, never inf or NaN. */
+                for (size_t i = 0; i < count; i++) {
+                    uint64_t u = mix64(((uint64_t)lr->rank << 40) ^ (ti << 32) ^ (ci << 24) ^ i);
+                    double d = ((double)(u >> 11) / 9007199254740992.0 - 0.5) *
+                               (double)(1u << (u & 7));
+                    store_float(t, d, in + i * es);
+                }
+                if (inplace)
+                    memcpy(out, in, bytes);
+                collResult_t r = collAllReduce(inplace ? out : in, out, count, t, collSum,
+                                               lr->comm, NULL);
+                uint64_t h = 1469598103934665603ULL, hmax = 0, hmin = 0;
+                for (size_t i = 0; i < bytes; i++)
+                    h = (h ^ out[i]) * 1099511628211ULL;
+                if (r == collSuccess)
+                    r = collAllReduce(&h, &hmax, 1, collUint64, collMax, lr->comm, NULL);
+                if (r == collSuccess)
+                    r = collAllReduce(&h, &hmin, 1, collUint64, collMin, lr->comm, NULL);
+                cases++;
+                if (r != collSuccess || hmax != hmin) {
+                    failed++;
+                    lr->failures++;
+                    fprintf(stderr, "[rank %d] allreduce %s sum count %zu %s: %s\n", lr->rank,
+                            dtypes[t].name, count, inplace ? "in place" : "out of place",
+                            r != collSuccess ? collGetLastError(lr->comm)
+                                             : "the ranks' results differ");
+                }
+                free(in);
+                free(out);
+            }
+        }
+    }
+    if (lr->rank == 0) {
+        printf("sweep %-14s n=%d %-10s %4d cases, %d failed on rank 0, %.1f s\n",
+               "allreduce-same", lr->nranks, "random", cases, failed, launch_now() - t0);
+        fflush(stdout);
+    }
+}
+
 static void sweep_body(struct launch_rank *lr)
 {
     const struct sweep_opts *opts = lr->arg;
@@ -865,6 +929,8 @@ static void sweep_body(struct launch_rank *lr)
             fflush(stdout);
         }
     }
+    if (opts->kinds & (1u << K_ALLREDUCE))
+        same_everywhere(&sr);
 }
 
 static void usage(const char *prog)

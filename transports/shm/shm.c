@@ -576,8 +576,11 @@ static collResult_t shm_irecv(struct coll_conn *c, void *buf, size_t n, void *mh
     return shm_post(c, buf, n, r_p);
 }
 
-/* A request that cannot finish: the peer is gone, or shutdown() was called. */
-static collResult_t shm_check_alive(struct shm_conn *c, bool moved)
+/* A request that cannot finish: the peer is gone, or shutdown() was called.
+ * `gone` is what was known of the socket before the pass that moved nothing: a
+ * peer publishes its last bytes before it closes, so only a pass made after the
+ * close was seen proves that nothing more will come. */
+static collResult_t shm_check_alive(struct shm_conn *c, bool moved, bool gone)
 {
     if (atomic_load(&c->shut)) {
         c->failed = collRemoteError;
@@ -587,7 +590,7 @@ static collResult_t shm_check_alive(struct shm_conn *c, bool moved)
      * whenever it blocks. */
     if (!moved && (++c->idle_tests & 255) == 0)
         shm_drain(c);
-    if (c->peer_gone && !moved) {
+    if (gone && !moved) {
         c->base.err_no = 0;
         c->failed = collRemoteError;
     }
@@ -602,13 +605,14 @@ static collResult_t shm_test(struct coll_req *rbase, bool *done_p, size_t *n_p)
     if (c->failed != collSuccess)
         return c->failed;
     if (r->done_bytes < r->size) {
+        bool gone = c->peer_gone;
         bool moved = c->base.is_send ? shm_progress_send(c) : shm_progress_recv(c);
         if (c->failed != collSuccess)
             return c->failed;
         /* A receiver still drains what a dead sender published: the error comes
          * only once nothing moves. */
         if (r->done_bytes < r->size)
-            return shm_check_alive(c, moved);
+            return shm_check_alive(c, moved, gone);
     }
     /* A send is complete once its bytes sit in the slots: the receiver may
      * consume them after this rank has moved on. */
@@ -657,12 +661,13 @@ static collResult_t shm_recv_peek(struct coll_conn *base, size_t want, const voi
         COLL_WARN("shm: zero-copy receive while receives are queued from rank %d", base->peer);
         return collInternalError;
     }
+    bool gone = c->peer_gone;
     *p = shm_fragment(c, want, len_p);
     c->peeked = *p ? *len_p : 0;
     if (c->failed != collSuccess)
         return c->failed;
     if (*p == NULL)
-        return shm_check_alive(c, false);
+        return shm_check_alive(c, false, gone);
     return collSuccess;
 }
 
