@@ -255,6 +255,22 @@ COLL_API collResult_t collAllToAll(const void *sendbuff, void *recvbuff, size_t 
                                    collDataType_t datatype, collComm_t comm,
                                    collStream_t stream);
 
+/*
+ * collMemAlloc: size bytes (rounded up to pages) of memory that the other ranks on
+ * this host can map, like ncclMemAlloc.  An allreduce whose sendbuff and recvbuff
+ * lie in such memory on every rank, with every rank on one host, reads the peers'
+ * buffers where they are instead of passing the bytes through the shared-memory
+ * slots (from COLL_SHM_DIRECT_BYTES up).  Any other buffer works as before.
+ * collInvalidArgument for a NULL ptr or a size of 0; collSystemError, naming shared
+ * memory and /dev/shm, when the memory cannot be reserved.
+ * collMemFree: frees memory from collMemAlloc; NULL is a no-op; any other pointer
+ * is collInvalidArgument.  A peer that mapped the buffer keeps its mapping (not the
+ * data's meaning) until its communicator is destroyed or the mapping is evicted.
+ * Thread safety: both may be called from any thread.
+ */
+COLL_API collResult_t collMemAlloc(void **ptr, size_t size);
+COLL_API collResult_t collMemFree(void *ptr);
+
 #ifdef __cplusplus
 }
 #endif

@@ -6,6 +6,7 @@
 #include "algo.h"
 #include "exec.h"
 #include "internal.h"
+#include "mem.h"
 #include "p2p.h"
 #include "reduce.h"
 
@@ -94,7 +95,14 @@ static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
     COLL_TRACE_LOG(COLL_SUBSYS_COLL, "%s #%llu count %zu %s via %s", coll_func_name(f),
                    (unsigned long long)comm->seq, a->count, coll_dtype_name(a->dtype),
                    algo->name);
-    collResult_t res = algo->run[f](comm, a);
+    bool done = false;
+    collResult_t res = collSuccess;
+    if (f == COLL_FUNC_ALLREDUCE)
+        res = coll_mem_allreduce(comm, a, &done);
+    if (done)
+        comm->last_algo_name = "direct";
+    else if (res == collSuccess)
+        res = algo->run[f](comm, a);
     atomic_fetch_sub(&comm->busy, 1);
     return res;
 }

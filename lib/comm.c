@@ -10,6 +10,7 @@
 #include "algo.h"
 #include "exec.h"
 #include "internal.h"
+#include "mem.h"
 #include "pattern.h"
 
 /* The cause of the last failure that had no communicator (a failed init). */
@@ -147,6 +148,7 @@ static void comm_free(struct coll_comm *comm)
     if (comm->peers)
         coll_transport_fini(comm);
     coll_bootstrap_fini(comm);
+    coll_mem_comm_free(comm);
     free(comm->peers);
     free(comm->scratch);
     free(comm);
@@ -193,6 +195,7 @@ collResult_t coll_comm_create(collComm_t *comm_p, int nranks, const struct coll_
         COLL_CHECK_GOTO(coll_transport_get_conn(comm, prev, false, &c), res, fail);
     }
     COLL_CHECK_GOTO(coll_plan_init(comm), res, fail);
+    COLL_CHECK_GOTO(coll_mem_comm_init(comm), res, fail);
     COLL_INFO(COLL_SUBSYS_INIT, "rank %d of %d ready on %s pid %d", rank, nranks,
               comm->peers[rank].info.host, (int)getpid());
     *comm_p = comm;

@@ -98,6 +98,12 @@ struct coll_comm {
     } choice[COLL_FUNC_COUNT];
     const char *last_algo_name;          /* algorithm of the last call: "ring", "p2p" */
 
+    /* Direct allreduce on collMemAlloc buffers (mem.c). */
+    bool mem_direct;                     /* every rank reaches every other over shm */
+    struct coll_mem_map *mem_maps;       /* peers' buffers mapped here */
+    int nmem_maps;
+    uint64_t mem_use;                    /* clock for evicting the least recently used */
+
     _Atomic int async_error;       /* collResult_t that poisoned the comm */
     atomic_bool aborting;
     atomic_int busy;               /* threads inside a call on this comm */

@@ -71,6 +71,10 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                                    "multiple of 64); 0: 256 KiB"},
     [COLL_PARAM_SHM_NSLOTS] = {"COLL_SHM_NSLOTS", COLL_PARAM_TYPE_INT, "0",
                                "slots per shared-memory ring (2-64); 0: 16"},
+    [COLL_PARAM_SHM_DIRECT_BYTES] = {"COLL_SHM_DIRECT_BYTES", COLL_PARAM_TYPE_SIZE, "262144",
+                                     "allreduce from this many bytes reads collMemAlloc "
+                                     "buffers directly when every rank's are and all ranks "
+                                     "share memory; -1: never"},
 };
 
 static pthread_once_t param_once = PTHREAD_ONCE_INIT;

@@ -64,6 +64,7 @@ struct perf_opts {
     int blocking;
     int timeout_s;
     int cputime;
+    int local_register; /* -R 1: buffers from collMemAlloc */
     int type; /* -1: all */
     int op;   /* -1: all */
     int root; /* -1: all */
@@ -103,6 +104,8 @@ static void perf_usage(FILE *out)
             "  -C, --report_cputime 0/1  label the time column cputime (same value here)\n"
             "  -a, --average 0/1/2/3  time reported: rank 0, mean, min or max over ranks "
             "(default 1)\n"
+            "  -R, --local_register 0/1  1: send and receive buffers from collMemAlloc\n"
+            "                         (shared memory the peers map; default 0: ordinary memory)\n"
             "  -A, --algo ALGO        set COLL_ALGO=ALGO before the communicator is created\n"
             "  -J, --json FILE        also write the results as JSON to FILE (rank 0)\n"
             "  -h, --help             this text\n"
@@ -192,6 +195,7 @@ static int perf_parse(int argc, char **argv, struct perf_opts *o)
         {"cudagraph", required_argument, NULL, 'G'},
         {"report_cputime", required_argument, NULL, 'C'},
         {"average", required_argument, NULL, 'a'},
+        {"local_register", required_argument, NULL, 'R'},
         {"algo", required_argument, NULL, 'A'},
         {"json", required_argument, NULL, 'J'},
         {"help", no_argument, NULL, 'h'},
@@ -213,7 +217,7 @@ static int perf_parse(int argc, char **argv, struct perf_opts *o)
     opterr = 0; /* our own messages, which name the flag and exit 2 */
     optind = 1;
     for (;;) {
-        int c = getopt_long(argc, argv, ":t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:A:J:h", longopts,
+        int c = getopt_long(argc, argv, ":t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:R:A:J:h", longopts,
                             NULL);
         if (c == -1)
             break;
@@ -332,6 +336,11 @@ static int perf_parse(int argc, char **argv, struct perf_opts *o)
             if (!perf_parse_int(v, 0, 3, &o->average))
                 return perf_usage_error("invalid value '%s' for -a (average): want 0 (rank 0), "
                                         "1 (mean), 2 (min) or 3 (max)", v);
+            break;
+        case 'R':
+            if (!perf_parse_int(v, 0, 1, &o->local_register))
+                return perf_usage_error("invalid value '%s' for -R (local_register): want 0 "
+                                        "(ordinary memory) or 1 (collMemAlloc)", v);
             break;
         case 'A':
             if (*v == '\0')
@@ -597,9 +606,10 @@ static void perf_library_line(const struct perf_rank *pr, char *buf, size_t len)
     char used[128];
     perf_transports(pr, used, sizeof(used));
     snprintf(buf, len, "libcollective %d.%d.%d, transport %s (rank %d to its peers: %s), "
-             "algorithm %s", code / 10000, code / 100 % 100, code % 100,
+             "algorithm %s%s", code / 10000, code / 100 % 100, code % 100,
              tp != NULL && *tp != '\0' ? tp : "auto", pr->rank, used,
-             algo != NULL && *algo != '\0' ? algo : "auto");
+             algo != NULL && *algo != '\0' ? algo : "auto",
+             run->opts.local_register ? ", buffers from collMemAlloc" : "");
 }
 
 static void perf_print_header(struct perf_rank *pr, const struct perf_peer *peers)
@@ -907,10 +917,11 @@ static int perf_run_all(struct perf_rank *pr)
     return 0;
 }
 
-static void *perf_alloc(size_t bytes)
+static void *perf_alloc(size_t bytes, bool shared)
 {
     void *p = NULL;
-    if (posix_memalign(&p, PERF_ALIGN, bytes) != 0)
+    if (shared ? collMemAlloc(&p, bytes) != collSuccess
+               : posix_memalign(&p, PERF_ALIGN, bytes) != 0)
         return NULL;
     /* Touch every page now, so that the first timed calls do not pay for faults. */
     memset(p, 0, bytes);
@@ -954,9 +965,9 @@ static int perf_rank_work(struct perf_rank *pr)
     }
 
     pr->buf_bytes = o->max_bytes > PERF_ALIGN ? o->max_bytes : PERF_ALIGN;
-    pr->sendbuf = perf_alloc(pr->buf_bytes);
-    pr->recvbuf = perf_alloc(pr->buf_bytes);
-    pr->expected = perf_alloc(pr->buf_bytes);
+    pr->sendbuf = perf_alloc(pr->buf_bytes, run->opts.local_register);
+    pr->recvbuf = perf_alloc(pr->buf_bytes, run->opts.local_register);
+    pr->expected = perf_alloc(pr->buf_bytes, false);
     if (pr->sendbuf == NULL || pr->recvbuf == NULL || pr->expected == NULL) {
         fprintf(stderr, "%s: rank %d: cannot allocate 3 buffers of %zu bytes\n", perf_tool,
                 pr->rank, pr->buf_bytes);
@@ -1031,8 +1042,13 @@ static int perf_rank_main(struct perf_rank *pr)
             status = PERF_EXIT_FAIL;
         }
     }
-    free(pr->sendbuf);
-    free(pr->recvbuf);
+    if (pr->run->opts.local_register) {
+        collMemFree(pr->sendbuf);
+        collMemFree(pr->recvbuf);
+    } else {
+        free(pr->sendbuf);
+        free(pr->recvbuf);
+    }
     free(pr->expected);
     return status;
 }

@@ -9,9 +9,10 @@
 # MODE=shm: beside Open MPI with its shared-memory BTL (pml ob1, btl self,vader); Gloo is
 #   skipped (it has no shared-memory path); ours runs with COLL_TRANSPORTS=$OURS_TRANSPORTS
 #   (default shm).  Prints the best busbw of both per (n, size) and our ratio to Open MPI, then
-#   the single-core ceilings of this machine (memcpy, float32 a+=b, from the peers' ceil_memcpy
-#   and ceil_reduce) at 1 MiB and 64 MiB and the fraction of them that the n=2 busbw reaches at
-#   64 MiB.
+#   from 1 MiB up, ours again with buffers from collMemAlloc (allreduce_perf -R 1: the direct
+#   allreduce) and its ratio to Open MPI; then the single-core ceilings of this machine
+#   (memcpy, float32 a+=b, from the peers' ceil_memcpy and ceil_reduce) at 1 MiB and 64 MiB
+#   and the fraction of them that the n=2 busbw reaches at 64 MiB.
 #
 #   perf/compare_peers.sh [BUILD_DIR]
 #   MODE=shm perf/compare_peers.sh [BUILD_DIR]
@@ -132,6 +133,12 @@ for _ in $(seq "$REPS"); do
             # shellcheck disable=SC2046
             run "$ours" "$n" "$size" "$build/tools/collrun" -n "$n" --no-prefix -- \
                 "$build/perf/allreduce_perf" -b "$b" -e "$b" $(iters_for "$size")
+            if [ "$MODE" = shm ] && [ "$b" -ge 1048576 ]; then
+                # the same with buffers from collMemAlloc: the direct allreduce
+                # shellcheck disable=SC2046
+                run "${ours}_mem" "$n" "$size" "$build/tools/collrun" -n "$n" --no-prefix -- \
+                    "$build/perf/allreduce_perf" -b "$b" -e "$b" -R 1 $(iters_for "$size")
+            fi
             if [ "$MODE" = shm ]; then
                 run ompi_shm "$n" "$size" mpirun.openmpi -np "$n" --oversubscribe --mca pml ob1 \
                     --mca btl self,vader \
@@ -184,8 +191,8 @@ fi
 
 echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
-echo "| n | size | libcollective busbw ($COLL_TRANSPORTS) | Open MPI vader busbw | ratio (ours / Open MPI) | 8 B time us (coll / ompi) |"
-echo "|---:|---:|---:|---:|---:|---:|"
+echo "| n | size | libcollective busbw ($COLL_TRANSPORTS) | Open MPI vader busbw | ratio (ours / Open MPI) | 8 B time us (coll / ompi) | ours, collMemAlloc buffers (-R 1) | ratio (-R 1 / Open MPI) |"
+echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
 for n in $NS; do
     for size in $SIZES; do
         c=$(best coll_shm "$n" "$size"); o=$(best ompi_shm "$n" "$size")
@@ -193,7 +200,10 @@ for n in $NS; do
             if (o + 0 > 0 && c + 0 > 0) printf "%.2f", c / o; else print "-" }')
         t="-"
         if [ "$(bytes_of "$size")" = 8 ]; then t="$(besttime coll_shm "$n" "$size") / $(besttime ompi_shm "$n" "$size")"; fi
-        echo "| $n | $size | $c | $o | $ratio | $t |"
+        m=$(best coll_shm_mem "$n" "$size")
+        mratio=$(awk -v c="$m" -v o="$o" 'BEGIN {
+            if (o + 0 > 0 && c + 0 > 0) printf "%.2f", c / o; else print "-" }')
+        echo "| $n | $size | $c | $o | $ratio | $t | $m | $mratio |"
     done
 done
 
@@ -217,20 +227,20 @@ echo "| float32 \`a+=b\` | output bytes / s | $(ceil_of sum 1048576) | $(ceil_of
 echo "| float32 \`a+=b\` | bytes read + written / s (3x output) | $(ceil_of sumrw 1048576) | $(ceil_of sumrw 67108864) |"
 echo
 m64=$(ceil_of memcpy 67108864); s64=$(ceil_of sum 67108864)
-c64=$(best coll_shm 2 64M); o64=$(best ompi_shm 2 64M)
+c64=$(best coll_shm 2 64M); o64=$(best ompi_shm 2 64M); r64=$(best coll_shm_mem 2 64M)
 echo "Fraction of the 64 MiB ceilings reached by the n=2 allreduce at 64 MiB (n=2: busbw = algbw = bytes / time):"
 echo
-echo "| fraction | formula | libcollective ($COLL_TRANSPORTS) | Open MPI vader |"
-echo "|---|---|---:|---:|"
-echo "| busbw at 64 MiB | - | $c64 | $o64 |"
-echo "| of memcpy | busbw / memcpy GB/s (64 MiB, = $m64) | $(frac "$c64" "$m64") | $(frac "$o64" "$m64") |"
-echo "| of \`a+=b\` | busbw / a+=b output GB/s (64 MiB, = $s64) | $(frac "$c64" "$s64") | $(frac "$o64" "$s64") |"
+echo "| fraction | formula | libcollective ($COLL_TRANSPORTS) | libcollective, collMemAlloc | Open MPI vader |"
+echo "|---|---|---:|---:|---:|"
+echo "| busbw at 64 MiB | - | $c64 | $r64 | $o64 |"
+echo "| of memcpy | busbw / memcpy GB/s (64 MiB, = $m64) | $(frac "$c64" "$m64") | $(frac "$r64" "$m64") | $(frac "$o64" "$m64") |"
+echo "| of \`a+=b\` | busbw / a+=b output GB/s (64 MiB, = $s64) | $(frac "$c64" "$s64") | $(frac "$r64" "$s64") | $(frac "$o64" "$s64") |"
 if [[ " $NS " != *" 2 "* ]]; then echo; echo "(n=2 not in NS: no fraction)"
 elif [ "$c64" = "-" ] && [ "$o64" = "-" ]; then echo; echo "(64M not measured: add it to SIZES)"; fi
 
 # Plots: busbw against size, ours and Open MPI, one chart per rank count (perf/plot_busbw.py).
 for n in $NS; do
-    for who in coll_shm ompi_shm; do
+    for who in coll_shm coll_shm_mem ompi_shm; do
         {
             echo '{"results": ['
             sep=""
@@ -245,7 +255,9 @@ for n in $NS; do
     done
     python3 "$here/perf/plot_busbw.py" -o "$OUT/shm_allreduce_n$n.svg" \
         --title "allreduce busbw, $n ranks, shared memory" \
-        "libcollective=$OUT/plot.coll_shm.n$n.json" "Open MPI vader=$OUT/plot.ompi_shm.n$n.json"
+        "libcollective=$OUT/plot.coll_shm.n$n.json" \
+        "libcollective, collMemAlloc=$OUT/plot.coll_shm_mem.n$n.json" \
+        "Open MPI vader=$OUT/plot.ompi_shm.n$n.json"
 done
 echo
 echo "# plots: $OUT/shm_allreduce_n*.svg"

@@ -321,6 +321,21 @@ static void comm_id_free(char *buf, size_t len)
     snprintf(buf, len, "127.0.0.1:%d", port);
 }
 
+/* One line per scenario. */
+static void scenario_done(const char *name, double t0)
+{
+    printf("%-40s %s, %.1f s\n", name, failures ? "(failures so far)" : "ok", launch_now() - t0);
+    fflush(stdout);
+}
+
+static void close_pipes(int a[2], int b[2])
+{
+    close(a[0]);
+    close(a[1]);
+    close(b[0]);
+    close(b[1]);
+}
+
 /* Runs ranks that all use COLL_COMM_ID; ranks[i] and nranks[i] per process. */
 static void run_env_scenario(const char *name, int n, const int *ranks, const int *nranks,
                              int flip, const char *comm_id, bool want_success, const char *words)
@@ -344,9 +359,7 @@ static void run_env_scenario(const char *name, int n, const int *ranks, const in
         expect_all_succeed(ch, n, name);
     else
         expect_all_fail(ch, n, name, words);
-    printf("%-40s %s, %.1f s\n", name, failures ? "(failures so far)" : "ok",
-           launch_now() - t0);
-    fflush(stdout);
+    scenario_done(name, t0);
 }
 
 /* The id of a root listener made by collGetUniqueId in a process of its own, which
@@ -370,10 +383,7 @@ static collUniqueId id_of_gone_listener(void)
     kill(ch.pid, SIGKILL);
     waitpid(ch.pid, NULL, 0);
     close(ch.fd);
-    close(idp[0]);
-    close(idp[1]);
-    close(gop[0]);
-    close(gop[1]);
+    close_pipes(idp, gop);
     return id;
 }
 
@@ -392,8 +402,7 @@ static void scenario_listener_gone(void)
     }
     wait_children(ch, 2, t0 + (TIMEOUT_MS + 2 * SLACK_MS) / 1000.0, name);
     expect_all_fail(ch, 2, name, NULL);
-    printf("%-40s %s, %.1f s\n", name, failures ? "(failures so far)" : "ok",
-           launch_now() - t0);
+    scenario_done(name, t0);
 }
 
 /* A listener that accepts into its backlog and never reads or answers. */
@@ -489,12 +498,8 @@ static void run_listener_scenario(const char *name, int n, int flip, bool garbag
         close(junk_fd);
     if (idle_fd >= 0)
         close(idle_fd);
-    close(idp[0]);
-    close(idp[1]);
-    close(gop[0]);
-    close(gop[1]);
-    printf("%-40s %s, %.1f s\n", name, failures ? "(failures so far)" : "ok",
-           launch_now() - t0);
+    close_pipes(idp, gop);
+    scenario_done(name, t0);
 }
 
 /* a3: the rank in the root's process is the one refused, and registers after the
@@ -534,13 +539,9 @@ static void scenario_refused_root_rank(int rounds)
         wait_children(ch, 2, launch_now() + (TIMEOUT_MS + 2 * SLACK_MS) / 1000.0, name);
         expect_all_fail(ch, 2, name, "nranks");
         bad = failures != before;
-        close(idp[0]);
-        close(idp[1]);
-        close(gop[0]);
-        close(gop[1]);
+        close_pipes(idp, gop);
     }
-    printf("%-40s %s, %.1f s\n", name, failures ? "(failures so far)" : "ok",
-           launch_now() - t0);
+    scenario_done(name, t0);
 }
 
 /* e2: with COLL_COMM_ID rank 0 listens during its init; garbage reaches it first. */
@@ -576,8 +577,7 @@ static void scenario_garbage_env(void)
         close(junk_fd);
     if (idle_fd >= 0)
         close(idle_fd);
-    printf("%-40s %s, %.1f s\n", name, failures ? "(failures so far)" : "ok",
-           launch_now() - t0);
+    scenario_done(name, t0);
 }
 
 int main(int argc, char **argv)

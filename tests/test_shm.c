@@ -14,6 +14,12 @@
  *   once saw the close between an empty look at the slots and the bytes landing).
  *   40 rounds, so that the close lands at different points of the receiver's wait.
  *
+ * - collMemAlloc / collMemFree: bad arguments are collInvalidArgument naming the
+ *   argument, NULL frees nothing, a double free is refused, and the out-of-memory
+ *   case above gives collSystemError naming /dev/shm.
+ * - Mixed buffers: rank 0's from collMemAlloc, rank 1's from malloc: a 2 MiB
+ *   allreduce must be right and must not take the direct path.
+ *
  *   test_shm
  */
 #include <pthread.h>
@@ -97,6 +103,113 @@ static void *burn_main(void *p)
     return NULL;
 }
 
+static int expect(bool ok, const char *what)
+{
+    if (!ok)
+        fprintf(stderr, "FAIL: %s (last error: %s)\n", what, collGetLastError(NULL));
+    return ok ? 0 : 1;
+}
+
+static int check_mem_api(void)
+{
+    int failures = 0;
+    void *p = (void *)&failures;
+    int local;
+    failures += expect(collMemAlloc(NULL, 16) == collInvalidArgument &&
+                       strstr(collGetLastError(NULL), "ptr") != NULL,
+                       "collMemAlloc(NULL, 16) is collInvalidArgument naming ptr");
+    failures += expect(collMemAlloc(&p, 0) == collInvalidArgument && p == NULL &&
+                       strstr(collGetLastError(NULL), "size") != NULL,
+                       "collMemAlloc(&p, 0) is collInvalidArgument naming size, p NULL");
+    failures += expect(collMemFree(NULL) == collSuccess, "collMemFree(NULL) is collSuccess");
+    failures += expect(collMemFree(&local) == collInvalidArgument,
+                       "collMemFree of a stack address is collInvalidArgument");
+    failures += expect(collMemAlloc(&p, 100) == collSuccess && p != NULL,
+                       "collMemAlloc(&p, 100) succeeds");
+    if (p != NULL && p != (void *)&failures) {
+        memset(p, 0x5a, 4096); /* a whole page is there */
+        failures += expect(collMemFree(p) == collSuccess, "collMemFree(p) succeeds");
+        failures += expect(collMemFree(p) == collInvalidArgument, "a second collMemFree(p) is "
+                           "collInvalidArgument");
+    }
+    printf("collMemAlloc / collMemFree arguments: %d failure(s)\n", failures);
+    return failures;
+}
+
+struct mixed_arg {
+    int rank;
+    collUniqueId id;
+    collResult_t res;
+    bool wrong;
+    const char *algo;
+    char msg[512];
+};
+
+struct coll_comm;
+const char *coll_comm_last_algo(const struct coll_comm *comm);
+
+#define MIXED_COUNT (512 * 1024) /* floats: 2 MiB */
+
+static void *mixed_main(void *p)
+{
+    struct mixed_arg *a = p;
+    collComm_t comm = NULL;
+    float *buf = NULL;
+    void *m = NULL;
+    if (a->rank == 0 && collMemAlloc(&m, MIXED_COUNT * sizeof(float)) == collSuccess)
+        buf = m;
+    else if (a->rank != 0)
+        buf = malloc(MIXED_COUNT * sizeof(float));
+    a->res = buf != NULL ? collCommInitRank(&comm, NRANKS, a->id, a->rank) : collSystemError;
+    if (a->res == collSuccess) {
+        for (size_t i = 0; i < MIXED_COUNT; i++)
+            buf[i] = (float)(i % 1000) + (float)a->rank;
+        a->res = collAllReduce(buf, buf, MIXED_COUNT, collFloat32, collSum, comm, NULL);
+        a->algo = coll_comm_last_algo((const struct coll_comm *)comm);
+        for (size_t i = 0; a->res == collSuccess && i < MIXED_COUNT; i++)
+            if (buf[i] != 2.0f * (float)(i % 1000) + 1.0f) {
+                a->wrong = true;
+                break;
+            }
+    }
+    snprintf(a->msg, sizeof(a->msg), "%s", collGetLastError(comm));
+    if (comm != NULL)
+        collCommDestroy(comm);
+    if (m != NULL)
+        collMemFree(m);
+    else
+        free(buf);
+    return NULL;
+}
+
+static int check_mixed_buffers(void)
+{
+    int failures = 0;
+    collUniqueId id;
+    if (collGetUniqueId(&id) != collSuccess)
+        return 1;
+    struct mixed_arg args[NRANKS];
+    pthread_t th[NRANKS];
+    for (int r = 0; r < NRANKS; r++) {
+        args[r] = (struct mixed_arg){.rank = r, .id = id, .algo = "none"};
+        pthread_create(&th[r], NULL, mixed_main, &args[r]);
+    }
+    for (int r = 0; r < NRANKS; r++)
+        pthread_join(th[r], NULL);
+    for (int r = 0; r < NRANKS; r++) {
+        const struct mixed_arg *a = &args[r];
+        if (a->res != collSuccess || a->wrong || strcmp(a->algo, "direct") == 0) {
+            fprintf(stderr, "FAIL: mixed buffers: rank %d: %s, %s, algorithm %s: %s\n", r,
+                    collGetErrorString(a->res), a->wrong ? "wrong sums" : "right sums",
+                    a->algo, a->msg);
+            failures++;
+        }
+    }
+    printf("collMemAlloc on rank 0 only: 2 MiB allreduce ran %s, %d failure(s)\n",
+           args[0].algo, failures);
+    return failures;
+}
+
 /* The sender leaves as soon as its send is complete; the receiver must still get
  * it all.  Returns the failures. */
 static int check_sender_leaves(void)
@@ -148,6 +261,8 @@ int main(void)
     setenv("COLL_TRANSPORTS", "shm", 1);
     setenv("COLL_TIMEOUT_MS", "5000", 1);
     failures += check_sender_leaves();
+    failures += check_mem_api();
+    failures += check_mixed_buffers();
     /* A segment is 4 KiB of control and 16 x 256 KiB of slots: 1 MiB is too small,
      * and the kernel's SIGXFSZ is ignored so that the call fails with EFBIG. */
     signal(SIGXFSZ, SIG_IGN);
@@ -190,6 +305,12 @@ int main(void)
             failures++;
         }
     }
+    void *q = NULL;
+    collResult_t qr = collMemAlloc(&q, 4 << 20);
+    failures += expect(qr == collSystemError && q == NULL &&
+                       strstr(collGetLastError(NULL), "/dev/shm") != NULL,
+                       "collMemAlloc of 4 MiB over RLIMIT_FSIZE is collSystemError naming "
+                       "/dev/shm");
     if (launch_maps_shm_segment()) {
         fprintf(stderr, "FAIL: a segment is still mapped\n");
         failures++;

@@ -5,7 +5,7 @@
  * out-of-place / in-place x root (every root for n <= 4, else 0, n/2 and n-1),
  * for the number of ranks it is started with.
  *
- *   collrun -n 8 --timeout 600 test_sweep [--quick | --full] [--coll allreduce,reduce]
+ *   collrun -n 8 --timeout 600 test_sweep [--quick | --full] [--coll allreduce,reduce] [--mem]
  *   test_sweep --threads 4 [...]
  *
  * Inputs are chosen so that the exact result is representable in every data type
@@ -476,6 +476,14 @@ struct gbuf {
     size_t bytes;
 };
 
+/* --mem: every buffer (with its guards) comes from collMemAlloc, so that allreduce
+ * takes the direct path from COLL_SHM_DIRECT_BYTES up. */
+static bool use_mem_alloc;
+
+/* The algorithm of the last call (lib/internal.h), to see the direct path ran. */
+struct coll_comm;
+const char *coll_comm_last_algo(const struct coll_comm *comm);
+
 static unsigned char guard_byte(size_t i)
 {
     return (unsigned char)(0xa5u ^ (i * 37u));
@@ -484,7 +492,15 @@ static unsigned char guard_byte(size_t i)
 static void gbuf_alloc(struct gbuf *b, size_t bytes, unsigned char fill)
 {
     b->bytes = bytes;
-    b->raw = malloc(bytes + 2 * GUARD_BYTES);
+    if (use_mem_alloc) {
+        void *p = NULL;
+        if (collMemAlloc(&p, bytes + 2 * GUARD_BYTES) != collSuccess)
+            launch_fatal(NULL, "collMemAlloc of %zu bytes: %s", bytes + 2 * GUARD_BYTES,
+                         collGetLastError(NULL));
+        b->raw = p;
+    } else {
+        b->raw = malloc(bytes + 2 * GUARD_BYTES);
+    }
     if (!b->raw)
         launch_fatal(NULL, "out of memory allocating %zu bytes", bytes);
     b->data = b->raw + GUARD_BYTES;
@@ -497,7 +513,10 @@ static void gbuf_alloc(struct gbuf *b, size_t bytes, unsigned char fill)
 
 static void gbuf_free(struct gbuf *b)
 {
-    free(b->raw);
+    if (use_mem_alloc)
+        collMemFree(b->raw);
+    else
+        free(b->raw);
     b->raw = b->data = NULL;
 }
 
@@ -683,6 +702,18 @@ static bool run_case(struct sweep_rank *sr, const struct sweep_case *c)
         launch_fatal(lr, "%s returned %s: %s", desc, collGetErrorString(r),
                      collGetLastError(lr->comm));
     }
+    if (use_mem_alloc && c->kind == K_ALLREDUCE && n > 1 && count > 0) {
+        const char *env = getenv("COLL_SHM_DIRECT_BYTES");
+        long long min = env != NULL && *env != '\0' ? atoll(env) : 256 << 10;
+        const char *algo = coll_comm_last_algo((const struct coll_comm *)lr->comm);
+        if (min >= 0 && count * es >= (unsigned long long)min && strcmp(algo, "direct") != 0) {
+            char desc[160];
+            describe_case(c, desc, sizeof(desc));
+            fprintf(stderr, "[rank %d] %s: ran %s, not the direct path on collMemAlloc buffers\n",
+                    me, desc, algo);
+            lr->failures++;
+        }
+    }
 
     /* Guards of every buffer. */
     if (c->inplace) {
@@ -866,9 +897,10 @@ static void same_everywhere(struct sweep_rank *sr)
             for (int inplace = 0; inplace < 2; inplace++) {
                 collDataType_t t = types[ti];
                 size_t count = counts[ci], es = dtypes[t].size, bytes = count * es;
-                unsigned char *in = malloc(bytes), *out = malloc(bytes);
-                if (!in || !out)
-                    launch_fatal(lr, "out of memory");
+                struct gbuf gin, gout;
+                gbuf_alloc(&gin, bytes, 0);
+                gbuf_alloc(&gout, bytes, 0);
+                unsigned char *in = gin.data, *out = gout.data;
                 /* Random mantissas, exponents within a few binades of 1: sums
                  * that round differently in every order, never inf or NaN. */
                 for (size_t i = 0; i < count; i++) {
@@ -897,8 +929,8 @@ static void same_everywhere(struct sweep_rank *sr)
                             r != collSuccess ? collGetLastError(lr->comm)
                                              : "the ranks' results differ");
                 }
-                free(in);
-                free(out);
+                gbuf_free(&gin);
+                gbuf_free(&gout);
             }
         }
     }
@@ -936,13 +968,15 @@ static void sweep_body(struct launch_rank *lr)
 static void usage(const char *prog)
 {
     fprintf(stderr,
-            "usage: %s [--threads N] [--quick | --big-subset | --full] [--coll LIST] [-v]\n"
+            "usage: %s [--threads N] [--quick | --big-subset | --full] [--coll LIST] [--mem] [-v]\n"
             "  --threads N   run N ranks as threads (default: the rank collrun set up)\n"
             "  --quick       leave out the 1M+3 count\n"
             "  --big-subset  1M+3 for a subset of types and ops (the default)\n"
             "  --full        1M+3 for everything (also COLL_TEST_FULL=1)\n"
             "  --coll LIST   only these, comma-separated: allreduce,broadcast,reduce,\n"
             "                allgather,reduce_scatter\n"
+            "  --mem         buffers from collMemAlloc (allreduce must then take the\n"
+            "                direct path from COLL_SHM_DIRECT_BYTES up)\n"
             "  -v            one line per case on rank 0\n",
             prog);
     exit(2);
@@ -989,6 +1023,8 @@ int main(int argc, char **argv)
             opts.mode = MODE_FULL;
         else if (strcmp(argv[i], "--coll") == 0 && i + 1 < argc)
             opts.kinds = parse_kinds(argv[++i], argv[0]);
+        else if (strcmp(argv[i], "--mem") == 0)
+            use_mem_alloc = true;
         else if (strcmp(argv[i], "-v") == 0)
             opts.verbose = true;
         else
