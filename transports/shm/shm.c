@@ -712,10 +712,11 @@ const struct coll_transport coll_shm_transport = {
     .name = "shm",
     .caps = COLL_TP_CAP_HOST_MEM,
     /* A message is a few stores and waiting ranks spin, so there are no wake-ups
-     * to count; a rank's messages still follow one another (measured, 8 B: with
-     * 4 ranks on 2 cores the ring's 2 rounds of 2 messages take 2.4 us, the star's
-     * 2 rounds with 6 messages at the root 3.8 us). */
-    .plan_msg_ratio = 0.5,
+     * to count, and a rank's messages cost little beside a round (measured, 8 B,
+     * 8 ranks on 2 cores: the star's 2 rounds with 14 messages at the root take
+     * 8-10 us, recursive doubling's 3 rounds of 2 messages 12-14 us, the tree's 6
+     * rounds 15 us). */
+    .plan_msg_ratio = 0.1,
     .plan_wake_ratio = 0.0,
     .cheap_poll = true,
     .init = shm_init,
