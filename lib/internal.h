@@ -100,6 +100,7 @@ struct coll_comm {
 
     /* Direct allreduce on collMemAlloc buffers (mem.c). */
     bool mem_direct;                     /* every rank reaches every other over shm */
+    size_t mem_direct_bytes;             /* from this size (agreed COLL_SHM_DIRECT_BYTES) */
     struct coll_mem_map *mem_maps;       /* peers' buffers mapped here */
     int nmem_maps;
     uint64_t mem_use;                    /* clock for evicting the least recently used */

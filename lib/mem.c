@@ -170,20 +170,24 @@ struct mem_desc {
 collResult_t coll_mem_comm_init(struct coll_comm *comm)
 {
     comm->mem_direct = false;
-    if (comm->nranks == 1 || coll_param_int(COLL_PARAM_SHM_DIRECT_BYTES) < 0)
+    if (comm->nranks == 1)
         return collSuccess;
-    /* Every peer over shared memory; agreed, since each rank sees only its own. */
-    double no = 0, any_no;
+    /* Every peer over shared memory, and the threshold: agreed (the largest), since
+     * each rank sees only its own transports and environment and every rank must
+     * take the same path for the same call. */
+    int64_t min = coll_param_int(COLL_PARAM_SHM_DIRECT_BYTES);
+    double mine[2] = {min < 0 ? 1 : 0, min < 0 ? 0 : (double)min}, all[2];
     for (int p = 0; p < comm->nranks; p++) {
         const struct coll_transport *tp =
             p == comm->rank ? NULL : coll_transport_for_peer(comm, p);
         if (p != comm->rank && (tp == NULL || strcmp(tp->name, "shm") != 0))
-            no = 1;
+            mine[0] = 1;
     }
-    struct coll_args a = {&no, &any_no, 1, collDouble, collMax, 0};
+    struct coll_args a = {mine, all, 2, collDouble, collMax, 0};
     coll_exec_begin(comm, "init (shared buffers)");
     COLL_CHECK(coll_algo_rd.run[COLL_FUNC_ALLREDUCE](comm, &a));
-    comm->mem_direct = any_no == 0;
+    comm->mem_direct = all[0] == 0;
+    comm->mem_direct_bytes = (size_t)all[1];
     return collSuccess;
 }
 
@@ -264,8 +268,7 @@ collResult_t coll_mem_allreduce(struct coll_comm *comm, const struct coll_args *
     *done_p = false;
     int n = comm->nranks, r = comm->rank;
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
-    int64_t min_bytes = coll_param_int(COLL_PARAM_SHM_DIRECT_BYTES);
-    if (!comm->mem_direct || min_bytes < 0 || bytes < (size_t)min_bytes || bytes == 0)
+    if (!comm->mem_direct || bytes < comm->mem_direct_bytes || bytes == 0)
         return collSuccess;
 
     /* 1. Who has registered buffers. */
