@@ -447,6 +447,26 @@ static void send_garbage(int fd)
         FAIL("garbage: write to the root failed: %s", strerror(errno));
 }
 
+/* Starts rank 0 (of nranks) with an id of its own from collGetUniqueId, which it
+ * passes up through idp before it waits for a byte on gop; *id_p gets the id.
+ * False (with a failure counted) when no id came. */
+static bool start_root_rank(struct child *ch, struct rank_spec *sp, int nranks, int idp[2],
+                            int gop[2], collUniqueId *id_p, const char *name)
+{
+    if (pipe(idp) != 0 || pipe(gop) != 0)
+        exit(1);
+    *sp = (struct rank_spec){.rank = 0, .nranks = nranks, .id_out_fd = idp[1],
+                             .go_in_fd = gop[0]};
+    start_rank(ch, sp);
+    if (read(idp[0], id_p, sizeof(*id_p)) != (ssize_t)sizeof(*id_p)) {
+        FAIL("%s: no id from rank 0", name);
+        kill(ch->pid, SIGKILL);
+        wait_children(ch, 1, launch_now(), name);
+        return false;
+    }
+    return true;
+}
+
 /*
  * d2 / e1: rank 0 makes the id with collGetUniqueId (a listener thread of its own)
  * and passes it up; the parent may talk to the listener before it lets rank 0 and
@@ -462,16 +482,8 @@ static void run_listener_scenario(const char *name, int n, int flip, bool garbag
     collUniqueId id;
     double t0 = launch_now();
 
-    if (pipe(idp) != 0 || pipe(gop) != 0)
-        exit(1);
-    sp[0] = (struct rank_spec){.rank = 0, .nranks = n, .id_out_fd = idp[1], .go_in_fd = gop[0]};
-    start_rank(&ch[0], &sp[0]);
-    if (read(idp[0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
-        FAIL("%s: no id from rank 0", name);
-        kill(ch[0].pid, SIGKILL);
-        wait_children(ch, 1, launch_now(), name);
+    if (!start_root_rank(&ch[0], &sp[0], n, idp, gop, &id, name))
         return;
-    }
     if (garbage) {
         struct coll_id cid;
         memcpy(&cid, id.internal, sizeof(cid));
@@ -519,17 +531,8 @@ static void scenario_refused_root_rank(int rounds)
         collUniqueId id;
         int before = failures;
 
-        if (pipe(idp) != 0 || pipe(gop) != 0)
-            exit(1);
-        sp[0] = (struct rank_spec){.rank = 0, .nranks = 2, .id_out_fd = idp[1],
-                                   .go_in_fd = gop[0]};
-        start_rank(&ch[0], &sp[0]);
-        if (read(idp[0], &id, sizeof(id)) != (ssize_t)sizeof(id)) {
-            FAIL("%s: no id from rank 0", name);
-            kill(ch[0].pid, SIGKILL);
-            wait_children(ch, 1, launch_now(), name);
+        if (!start_root_rank(&ch[0], &sp[0], 2, idp, gop, &id, name))
             return;
-        }
         sp[1] = (struct rank_spec){.rank = 1, .nranks = 3, .have_id = true, .id = id,
                                    .id_out_fd = -1, .go_in_fd = -1};
         start_rank(&ch[1], &sp[1]);
