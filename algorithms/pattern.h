@@ -19,6 +19,21 @@ static inline int coll_log2_ceil(int n)
         k++;
     return k;
 }
+/* The largest power of two <= n, for n >= 1. */
+static inline int coll_pow2_floor(int n)
+{
+    int p = 1;
+    while (p <= n / 2)
+        p *= 2;
+    return p;
+}
+/* Rounds of recursive doubling's allreduce on n ranks (rd.c): log2 p for the
+ * largest power of two p <= n, and a fold and an unfold when n is not p. */
+static inline int coll_rd_rounds(int n)
+{
+    int p = coll_pow2_floor(n);
+    return coll_log2_ceil(p) + (p < n ? 2 : 0);
+}
 /* (a mod n) for any sign of a, in [0, n). */
 static inline int coll_mod(long a, int n)
 {

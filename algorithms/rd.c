@@ -67,15 +67,6 @@ static collResult_t rd_sendrecv(struct coll_comm *comm, int to, const void *sbuf
     }
 }
 
-/* The power of two p <= n that takes part in the doubling rounds. */
-static int rd_pow2(int n)
-{
-    int p = 1;
-    while (p * 2 <= n)
-        p *= 2;
-    return p;
-}
-
 static collResult_t rd_allreduce(struct coll_comm *comm, const struct coll_args *a)
 {
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
@@ -85,7 +76,7 @@ static collResult_t rd_allreduce(struct coll_comm *comm, const struct coll_args 
         memcpy(out, a->sendbuf, bytes);
     if (n == 1 || bytes == 0)
         return collSuccess;
-    int p = rd_pow2(n), e = n - p;
+    int p = coll_pow2_floor(n), e = n - p; /* p ranks take part in the rounds */
     char *tmp;
     COLL_CHECK(coll_comm_scratch(comm, bytes, (void **)&tmp));
 
@@ -160,10 +151,10 @@ static double rd_predict(const struct coll_comm *comm, enum coll_func f,
         return 0;
     switch (f) {
     case COLL_FUNC_ALLREDUCE: {
-        int p = rd_pow2(n), e = n - p, k = coll_log2_ceil(p);
+        int p = coll_pow2_floor(n), e = n - p, k = coll_log2_ceil(p);
         double fold = e > 0 ? 1 : 0;
         return coll_model_cost(m, n, &(struct coll_cost){
-            .rounds = k + 2 * fold, .msgs = (double)p * k + 2.0 * e,
+            .rounds = coll_rd_rounds(n), .msgs = (double)p * k + 2.0 * e,
             .busiest_msgs = 2.0 * k + 2 * fold, .rank_bytes = (2.0 * k + 2 * fold) * S,
             .total_bytes = 2.0 * S * ((double)p * k + 2.0 * e),
             .reduce_bytes = (k + fold) * S});

@@ -260,7 +260,9 @@ COLL_API collResult_t collAllToAll(const void *sendbuff, void *recvbuff, size_t 
  * this host can map, like ncclMemAlloc.  An allreduce whose sendbuff and recvbuff
  * lie in such memory on every rank, with every rank on one host, reads the peers'
  * buffers where they are instead of passing the bytes through the shared-memory
- * slots (from COLL_SHM_DIRECT_BYTES up).  Any other buffer works as before.
+ * slots (from COLL_SHM_DIRECT_BYTES up).  Any other buffer works as before;
+ * after a call in which some rank's buffer was not such memory, the next 63
+ * calls large enough take the slots without asking.
  * collInvalidArgument for a NULL ptr or a size of 0; collSystemError, naming shared
  * memory and /dev/shm, when the memory cannot be reserved.
  * collMemFree: frees memory from collMemAlloc; NULL is a no-op; any other pointer

@@ -132,7 +132,7 @@ collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const st
                               const struct coll_algo **algo_p)
 {
     /* A loop repeats the same call: its choice is kept (all ranks keep the same). */
-    __typeof__(comm->choice[0]) *ch = &comm->choice[f];
+    struct coll_choice *ch = &comm->choice[f];
     if (ch->valid && ch->count == a->count && ch->dtype == (int)a->dtype &&
         ch->op == (int)a->op && ch->root == a->root && ch->mask == comm->algo_mask[f]) {
         *algo_p = algo_table[ch->algo];
@@ -178,7 +178,7 @@ collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const st
         COLL_INFO(COLL_SUBSYS_ALGO, "%s of %zu x %s on %d ranks: %s, predicted %.1f us",
                   coll_func_name(f), a->count, coll_dtype_name(a->dtype), comm->nranks,
                   algo_table[best]->name, best_us < 1e299 ? best_us : -1.0);
-    *ch = (__typeof__(*ch)){.valid = true, .count = a->count, .dtype = (int)a->dtype,
+    *ch = (struct coll_choice){.valid = true, .count = a->count, .dtype = (int)a->dtype,
                             .op = (int)a->op, .root = a->root, .algo = best,
                             .mask = comm->algo_mask[f]};
     *algo_p = algo_table[best];

@@ -89,7 +89,7 @@ struct coll_comm {
     int cores;                     /* online cores of this host */
     struct coll_model model;
     uint32_t algo_mask[COLL_FUNC_COUNT]; /* algorithms COLL_ALGO allows, per collective */
-    struct {                             /* the last choice: reused for the same call,
+    struct coll_choice {                 /* the last choice: reused for the same call,
                                           * logged when it changes */
         bool valid;
         size_t count;
@@ -104,6 +104,7 @@ struct coll_comm {
     struct coll_mem_map *mem_maps;       /* peers' buffers mapped here */
     int nmem_maps;
     uint64_t mem_use;                    /* clock for evicting the least recently used */
+    int mem_skip;                        /* eligible calls left to skip (mem.c) */
 
     _Atomic int async_error;       /* collResult_t that poisoned the comm */
     atomic_bool aborting;

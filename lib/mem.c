@@ -22,7 +22,10 @@
  * S/n x n read and S/n written to reduce, (n-1)/n S read and written to copy,
  * against the slot ring's copies into and out of slots in both halves.  The
  * four small steps (allgather, flag, two barriers) run recursive doubling
- * directly, so the direct path is for large buffers (COLL_SHM_DIRECT_BYTES). */
+ * directly, so the direct path is for large buffers (COLL_SHM_DIRECT_BYTES).
+ * When step 1 or 2 finds that some rank cannot take the direct path, every rank
+ * skips the next MEM_RETRY_AFTER calls that could take it (a count all ranks keep
+ * alike): ordinary buffers do not pay the allgather on every call. */
 #include "mem.h"
 
 #include <errno.h>
@@ -43,6 +46,7 @@
 #define MEM_NAME "libcollective-mem-"
 #define MEM_MAPS_MAX 64          /* peers' buffers mapped per comm */
 #define MEM_CHUNK (64 * 1024)    /* bytes reduced from all inputs at a time */
+#define MEM_RETRY_AFTER 63       /* eligible calls skipped after a fallback */
 
 /* ---- the registry of this process's collMemAlloc regions --------------------- */
 
@@ -57,6 +61,29 @@ struct mem_region {
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mem_region *mem_regions;
 static uint64_t mem_next_id = 1;
+
+int coll_memfd_map(const char *name, size_t bytes, int *fd_p, void **base_p,
+                   const char **step_p)
+{
+    *step_p = "memfd_create";
+    int fd = memfd_create(name, MFD_CLOEXEC);
+    if (fd < 0)
+        return errno;
+    *step_p = "reserve";
+    int err = posix_fallocate(fd, 0, (off_t)bytes);
+    if (err == 0) {
+        *step_p = "mmap";
+        void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (base != MAP_FAILED) {
+            *fd_p = fd;
+            *base_p = base;
+            return 0;
+        }
+        err = errno;
+    }
+    close(fd);
+    return err;
+}
 
 COLL_API collResult_t collMemAlloc(void **ptr, size_t size)
 {
@@ -83,21 +110,16 @@ COLL_API collResult_t collMemAlloc(void **ptr, size_t size)
     pthread_mutex_unlock(&mem_lock);
     char name[64];
     snprintf(name, sizeof(name), MEM_NAME "%llu", (unsigned long long)m->id);
-    m->fd = memfd_create(name, MFD_CLOEXEC);
-    int err = m->fd < 0 ? errno : posix_fallocate(m->fd, 0, (off_t)bytes);
-    if (err == 0) {
-        m->base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, m->fd, 0);
-        if (m->base == MAP_FAILED)
-            err = errno;
-    }
+    const char *step;
+    void *base;
+    int err = coll_memfd_map(name, bytes, &m->fd, &base, &step);
     if (err != 0) {
         coll_set_error(NULL, "collMemAlloc: cannot reserve %zu bytes of shared memory (memfd, "
-                       "the same memory as /dev/shm): %s", bytes, strerror(err));
-        if (m->fd >= 0)
-            close(m->fd);
+                       "the same memory as /dev/shm): %s: %s", bytes, step, strerror(err));
         free(m);
         return collSystemError;
     }
+    m->base = base;
     m->size = bytes;
     pthread_mutex_lock(&mem_lock);
     m->next = mem_regions;
@@ -167,6 +189,14 @@ struct mem_desc {
     uint64_t off[2];
 };
 
+/* The element-wise max of every rank's n values (recursive doubling, run directly:
+ * these steps belong to the calling collective, not the planner). */
+static collResult_t mem_agree_max(struct coll_comm *comm, double *mine, double *all, size_t n)
+{
+    struct coll_args a = {mine, all, n, collDouble, collMax, 0};
+    return coll_algo_rd.run[COLL_FUNC_ALLREDUCE](comm, &a);
+}
+
 collResult_t coll_mem_comm_init(struct coll_comm *comm)
 {
     comm->mem_direct = false;
@@ -180,12 +210,11 @@ collResult_t coll_mem_comm_init(struct coll_comm *comm)
     for (int p = 0; p < comm->nranks; p++) {
         const struct coll_transport *tp =
             p == comm->rank ? NULL : coll_transport_for_peer(comm, p);
-        if (p != comm->rank && (tp == NULL || strcmp(tp->name, "shm") != 0))
+        if (p != comm->rank && (tp == NULL || !(tp->caps & COLL_TP_CAP_SHARED_MEM)))
             mine[0] = 1;
     }
-    struct coll_args a = {mine, all, 2, collDouble, collMax, 0};
     coll_exec_begin(comm, "init (shared buffers)");
-    COLL_CHECK(coll_algo_rd.run[COLL_FUNC_ALLREDUCE](comm, &a));
+    COLL_CHECK(mem_agree_max(comm, mine, all, 2));
     comm->mem_direct = all[0] == 0;
     comm->mem_direct_bytes = (size_t)all[1];
     return collSuccess;
@@ -258,10 +287,14 @@ static char *mem_map_peer(struct coll_comm *comm, int32_t pid, int32_t fd, uint6
 
 static collResult_t mem_barrier(struct coll_comm *comm)
 {
-    int32_t x = 0, y;
-    struct coll_args a = {&x, &y, 1, collInt32, collSum, 0};
-    return coll_algo_rd.run[COLL_FUNC_ALLREDUCE](comm, &a);
+    double x = 0, y;
+    return mem_agree_max(comm, &x, &y, 1);
 }
+
+/* The peer's sendbuff and recvbuff as this rank sees them. */
+struct mem_bufs {
+    const char *in, *out;
+};
 
 collResult_t coll_mem_allreduce(struct coll_comm *comm, const struct coll_args *a, bool *done_p)
 {
@@ -270,6 +303,10 @@ collResult_t coll_mem_allreduce(struct coll_comm *comm, const struct coll_args *
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
     if (!comm->mem_direct || bytes < comm->mem_direct_bytes || bytes == 0)
         return collSuccess;
+    if (comm->mem_skip > 0) {
+        comm->mem_skip--;
+        return collSuccess;
+    }
 
     /* 1. Who has registered buffers. */
     struct mem_desc mine = {.pid = (int32_t)getpid()};
@@ -284,27 +321,26 @@ collResult_t coll_mem_allreduce(struct coll_comm *comm, const struct coll_args *
         }
     /* Not the comm's scratch: recursive doubling uses that for itself. */
     struct mem_desc *all = NULL;
-    const char **in = NULL, **out = NULL;
+    struct mem_bufs *buf = NULL;
     collResult_t res = coll_calloc(&all, (size_t)n);
     if (res == collSuccess)
-        res = coll_calloc(&in, (size_t)n);
-    if (res == collSuccess)
-        res = coll_calloc(&out, (size_t)n);
+        res = coll_calloc(&buf, (size_t)n);
     if (res != collSuccess)
         goto out;
     struct coll_args g = {&mine, all, sizeof(mine), collUint8, collSum, 0};
     if ((res = coll_algo_rd.run[COLL_FUNC_ALLGATHER](comm, &g)) != collSuccess)
         goto out;
     for (int p = 0; p < n; p++)
-        if (!all[p].ok)
-            goto out; /* every rank saw the same table */
+        if (!all[p].ok) {
+            comm->mem_skip = MEM_RETRY_AFTER; /* every rank saw the same table */
+            goto out;
+        }
 
     /* 2. Map the peers' buffers; all must succeed. */
     double failed = 0, any_failed;
     for (int p = 0; p < n; p++) {
         if (p == r) {
-            in[p] = a->sendbuf;
-            out[p] = a->recvbuf;
+            buf[p] = (struct mem_bufs){a->sendbuf, a->recvbuf};
             continue;
         }
         char *b0 = mem_map_peer(comm, all[p].pid, all[p].fd[0], all[p].id[0],
@@ -313,15 +349,15 @@ collResult_t coll_mem_allreduce(struct coll_comm *comm, const struct coll_args *
                                 all[p].off[1] + bytes);
         if (b0 == NULL || b1 == NULL)
             failed = 1;
-        else {
-            in[p] = b0 + all[p].off[0];
-            out[p] = b1 + all[p].off[1];
-        }
+        else
+            buf[p] = (struct mem_bufs){b0 + all[p].off[0], b1 + all[p].off[1]};
     }
-    struct coll_args f = {&failed, &any_failed, 1, collDouble, collMax, 0};
-    res = coll_algo_rd.run[COLL_FUNC_ALLREDUCE](comm, &f);
-    if (res != collSuccess || any_failed != 0)
+    if ((res = mem_agree_max(comm, &failed, &any_failed, 1)) != collSuccess)
         goto out;
+    if (any_failed != 0) {
+        comm->mem_skip = MEM_RETRY_AFTER;
+        goto out;
+    }
 
     /* 3. Segment r from every rank's input, own first, chunk by chunk. */
     size_t seg_off, seg_len;
@@ -331,9 +367,9 @@ collResult_t coll_mem_allreduce(struct coll_comm *comm, const struct coll_args *
     for (size_t c0 = 0; c0 < seg_len; c0 += chunk) {
         size_t len = seg_len - c0 < chunk ? seg_len - c0 : chunk;
         size_t at = (seg_off + c0) * esize;
-        coll_reduce(a->op, a->dtype, dst + at, in[r] + at, in[(r + 1) % n] + at, len);
+        coll_reduce(a->op, a->dtype, dst + at, buf[r].in + at, buf[(r + 1) % n].in + at, len);
         for (int k = 2; k < n; k++)
-            coll_reduce(a->op, a->dtype, dst + at, dst + at, in[(r + k) % n] + at, len);
+            coll_reduce(a->op, a->dtype, dst + at, dst + at, buf[(r + k) % n].in + at, len);
         if (a->op == collAvg)
             coll_reduce_div(a->dtype, dst + at, dst + at, len, n);
     }
@@ -344,7 +380,7 @@ collResult_t coll_mem_allreduce(struct coll_comm *comm, const struct coll_args *
         size_t po, pl;
         coll_ring_chunk(a->count, n, p, &po, &pl);
         if (p != r && pl > 0)
-            memcpy(dst + po * esize, out[p] + po * esize, pl * esize);
+            memcpy(dst + po * esize, buf[p].out + po * esize, pl * esize);
     }
     /* 5. Nobody reuses its buffers while another still reads them. */
     res = mem_barrier(comm);
@@ -352,7 +388,6 @@ collResult_t coll_mem_allreduce(struct coll_comm *comm, const struct coll_args *
         *done_p = true;
 out:
     free(all);
-    free(in);
-    free(out);
+    free(buf);
     return res;
 }

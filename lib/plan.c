@@ -86,8 +86,7 @@ collResult_t coll_plan_init(struct coll_comm *comm)
     const struct coll_algo *ring = &coll_algo_ring, *rd = &coll_algo_rd;
     double probe_us[PLAN_PROBES];
     float one = 1.0f, out;
-    int pow2 = 1 << (coll_log2_ceil(n + 1) - 1); /* the largest power of two <= n */
-    int rounds = coll_log2_ceil(pow2) + (pow2 < n ? 2 : 0);
+    int rounds = coll_rd_rounds(n);
     for (int rep = 0; rep < PLAN_PROBES; rep++) {
         struct coll_args a = {&one, &out, 1, collFloat, collSum, 0};
         coll_exec_begin(comm, "plan probe");
@@ -133,7 +132,7 @@ collResult_t coll_plan_init(struct coll_comm *comm)
     double agree[6] = {alpha, -core_gbs, -host_gbs, r_msg, r_wake, no_lend}, res[6];
     struct coll_args a = {agree, res, 6, collDouble, collMax, 0};
     coll_exec_begin(comm, "plan probe");
-    COLL_CHECK(ring->run[COLL_FUNC_ALLREDUCE](comm, &a));
+    COLL_CHECK(rd->run[COLL_FUNC_ALLREDUCE](comm, &a));
     if (lat <= 0)
         m->alpha_us = res[0];
     if (bw <= 0) {

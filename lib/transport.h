@@ -15,6 +15,8 @@
 #define COLL_TP_CAP_HOST_MEM (1u << 0)
 #define COLL_TP_CAP_CUDA_MEM (1u << 1)
 #define COLL_TP_CAP_NEEDS_REG (1u << 2)
+/* Its peers share this host's memory: they can map each other's memfds. */
+#define COLL_TP_CAP_SHARED_MEM (1u << 3)
 #define COLL_TP_HANDLE_BYTES 128
 #define COLL_CONN_MAX_FDS 16
 

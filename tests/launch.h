@@ -32,6 +32,10 @@
 
 #include "collective.h"
 
+/* The algorithm of the last call on comm ("ring", "direct", ...; lib/internal.h),
+ * for tests that check which path ran. */
+const char *coll_comm_last_algo(const struct coll_comm *comm);
+
 struct launch_rank {
     int rank;
     int nranks;

@@ -54,6 +54,11 @@ int main(void)
     CHECK(coll_mod(-1, 5) == 4);
     CHECK(coll_mod(-11, 5) == 4);
     CHECK(coll_mod(7, 5) == 2);
+    /* Recursive doubling: p ranks in the rounds, 2 more rounds when n is not p. */
+    CHECK(coll_pow2_floor(1) == 1 && coll_pow2_floor(2) == 2 && coll_pow2_floor(3) == 2);
+    CHECK(coll_pow2_floor(7) == 4 && coll_pow2_floor(8) == 8 && coll_pow2_floor(9) == 8);
+    CHECK(coll_rd_rounds(1) == 0 && coll_rd_rounds(2) == 1 && coll_rd_rounds(3) == 3);
+    CHECK(coll_rd_rounds(4) == 2 && coll_rd_rounds(6) == 4 && coll_rd_rounds(8) == 3);
     check_btrees();
     return test_result();
 }

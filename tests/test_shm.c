@@ -35,13 +35,38 @@
 
 #define NRANKS 2
 
+/* One rank (a thread) of a two-rank scenario: what it is given, what it saw. */
 struct rank_arg {
     int rank;
     collUniqueId id;
+    size_t bytes;      /* sender leaves: message size */
+    int delay_us;      /* sender leaves: the sender's delay before it sends */
     collResult_t res;
-    double secs;
+    double secs;       /* in collCommInitRank */
+    bool wrong;        /* wrong data arrived */
+    const char *algo;  /* of its allreduce */
     char msg[512];
 };
+
+/* Runs fn as ranks 0 and 1 of a fresh unique id, each on a thread with its
+ * args[r] (rank and id filled in here), and waits for both.  False when no id. */
+static bool run_pair(void *(*fn)(void *), struct rank_arg args[NRANKS])
+{
+    collUniqueId id;
+    if (collGetUniqueId(&id) != collSuccess) {
+        fprintf(stderr, "collGetUniqueId: %s\n", collGetLastError(NULL));
+        return false;
+    }
+    pthread_t th[NRANKS];
+    for (int r = 0; r < NRANKS; r++) {
+        args[r].rank = r;
+        args[r].id = id;
+        pthread_create(&th[r], NULL, fn, &args[r]);
+    }
+    for (int r = 0; r < NRANKS; r++)
+        pthread_join(th[r], NULL);
+    return true;
+}
 
 static void *rank_main(void *p)
 {
@@ -56,19 +81,9 @@ static void *rank_main(void *p)
     return NULL;
 }
 
-struct leave_arg {
-    int rank;
-    collUniqueId id;
-    size_t bytes;
-    int delay_us;
-    collResult_t res;
-    bool wrong;
-    char msg[512];
-};
-
 static void *leave_main(void *p)
 {
-    struct leave_arg *a = p;
+    struct rank_arg *a = p;
     collComm_t comm = NULL;
     unsigned char *buf = malloc(a->bytes);
     a->res = collCommInitRank(&comm, NRANKS, a->id, a->rank);
@@ -136,23 +151,11 @@ static int check_mem_api(void)
     return failures;
 }
 
-struct mixed_arg {
-    int rank;
-    collUniqueId id;
-    collResult_t res;
-    bool wrong;
-    const char *algo;
-    char msg[512];
-};
-
-struct coll_comm;
-const char *coll_comm_last_algo(const struct coll_comm *comm);
-
 #define MIXED_COUNT (512 * 1024) /* floats: 2 MiB */
 
 static void *mixed_main(void *p)
 {
-    struct mixed_arg *a = p;
+    struct rank_arg *a = p;
     collComm_t comm = NULL;
     float *buf = NULL;
     void *m = NULL;
@@ -165,7 +168,7 @@ static void *mixed_main(void *p)
         for (size_t i = 0; i < MIXED_COUNT; i++)
             buf[i] = (float)(i % 1000) + (float)a->rank;
         a->res = collAllReduce(buf, buf, MIXED_COUNT, collFloat32, collSum, comm, NULL);
-        a->algo = coll_comm_last_algo((const struct coll_comm *)comm);
+        a->algo = coll_comm_last_algo(comm);
         for (size_t i = 0; a->res == collSuccess && i < MIXED_COUNT; i++)
             if (buf[i] != 2.0f * (float)(i % 1000) + 1.0f) {
                 a->wrong = true;
@@ -185,19 +188,11 @@ static void *mixed_main(void *p)
 static int check_mixed_buffers(void)
 {
     int failures = 0;
-    collUniqueId id;
-    if (collGetUniqueId(&id) != collSuccess)
+    struct rank_arg args[NRANKS] = {{.algo = "none"}, {.algo = "none"}};
+    if (!run_pair(mixed_main, args))
         return 1;
-    struct mixed_arg args[NRANKS];
-    pthread_t th[NRANKS];
     for (int r = 0; r < NRANKS; r++) {
-        args[r] = (struct mixed_arg){.rank = r, .id = id, .algo = "none"};
-        pthread_create(&th[r], NULL, mixed_main, &args[r]);
-    }
-    for (int r = 0; r < NRANKS; r++)
-        pthread_join(th[r], NULL);
-    for (int r = 0; r < NRANKS; r++) {
-        const struct mixed_arg *a = &args[r];
+        const struct rank_arg *a = &args[r];
         if (a->res != collSuccess || a->wrong || strcmp(a->algo, "direct") == 0) {
             fprintf(stderr, "FAIL: mixed buffers: rank %d: %s, %s, algorithm %s: %s\n", r,
                     collGetErrorString(a->res), a->wrong ? "wrong sums" : "right sums",
@@ -223,23 +218,16 @@ static int check_sender_leaves(void)
     for (int i = 0; i < 2; i++)
         pthread_create(&burn[i], NULL, burn_main, &stop);
     for (int round = 0; round < 40; round++) {
-        collUniqueId id;
-        if (collGetUniqueId(&id) != collSuccess) {
-            fprintf(stderr, "collGetUniqueId: %s\n", collGetLastError(NULL));
-            return failures + 1;
-        }
-        struct leave_arg args[NRANKS];
-        pthread_t th[NRANKS];
-        for (int r = 0; r < NRANKS; r++) {
-            args[r] = (struct leave_arg){.rank = r, .id = id,
-                                         .bytes = round % 2 ? 6u << 20 : 8,
-                                         .delay_us = delays_us[round % 5]};
-            pthread_create(&th[r], NULL, leave_main, &args[r]);
-        }
+        struct rank_arg args[NRANKS];
         for (int r = 0; r < NRANKS; r++)
-            pthread_join(th[r], NULL);
+            args[r] = (struct rank_arg){.bytes = round % 2 ? 6u << 20 : 8,
+                                        .delay_us = delays_us[round % 5]};
+        if (!run_pair(leave_main, args)) {
+            failures++;
+            break;
+        }
         for (int r = 0; r < NRANKS; r++) {
-            const struct leave_arg *a = &args[r];
+            const struct rank_arg *a = &args[r];
             if (a->res != collSuccess || a->wrong) {
                 fprintf(stderr, "FAIL: sender leaves, round %d (%zu B, receiver waits %d us): "
                         "rank %d: %s: %s\n", round, a->bytes, a->delay_us, r,
@@ -274,19 +262,9 @@ int main(void)
             return 1;
         }
     }
-    struct rank_arg args[NRANKS];
-    collUniqueId id;
-    if (collGetUniqueId(&id) != collSuccess) {
-        fprintf(stderr, "collGetUniqueId: %s\n", collGetLastError(NULL));
+    struct rank_arg args[NRANKS] = {{0}};
+    if (!run_pair(rank_main, args))
         return 1;
-    }
-    pthread_t th[NRANKS];
-    for (int r = 0; r < NRANKS; r++) {
-        args[r] = (struct rank_arg){.rank = r, .id = id};
-        pthread_create(&th[r], NULL, rank_main, &args[r]);
-    }
-    for (int r = 0; r < NRANKS; r++)
-        pthread_join(th[r], NULL);
     for (int r = 0; r < NRANKS; r++) {
         const struct rank_arg *a = &args[r];
         printf("rank %d: %s in %.2f s: %s\n", r, collGetErrorString(a->res), a->secs, a->msg);

@@ -480,10 +480,6 @@ struct gbuf {
  * takes the direct path from COLL_SHM_DIRECT_BYTES up. */
 static bool use_mem_alloc;
 
-/* The algorithm of the last call (lib/internal.h), to see the direct path ran. */
-struct coll_comm;
-const char *coll_comm_last_algo(const struct coll_comm *comm);
-
 static unsigned char guard_byte(size_t i)
 {
     return (unsigned char)(0xa5u ^ (i * 37u));
@@ -705,7 +701,7 @@ static bool run_case(struct sweep_rank *sr, const struct sweep_case *c)
     if (use_mem_alloc && c->kind == K_ALLREDUCE && n > 1 && count > 0) {
         const char *env = getenv("COLL_SHM_DIRECT_BYTES");
         long long min = env != NULL && *env != '\0' ? atoll(env) : 256 << 10;
-        const char *algo = coll_comm_last_algo((const struct coll_comm *)lr->comm);
+        const char *algo = coll_comm_last_algo(lr->comm);
         if (min >= 0 && count * es >= (unsigned long long)min && strcmp(algo, "direct") != 0) {
             char desc[160];
             describe_case(c, desc, sizeof(desc));

@@ -257,25 +257,18 @@ static collResult_t shm_connect(void *vctx, const void *handle, int peer,
     struct shm_handle h;
     memcpy(&h, handle, sizeof(h));
     size_t seg_bytes = shm_seg_bytes(ctx->nslots, ctx->slot_bytes);
-    int mfd = memfd_create("libcollective-shm", MFD_CLOEXEC);
-    if (mfd < 0) {
-        coll_set_error(comm, "shm: memfd_create for rank %d failed: %s", peer, strerror(errno));
-        return collSystemError;
-    }
-    /* Reserve the pages now: a full tmpfs later would be a SIGBUS, not an error. */
-    int err = posix_fallocate(mfd, 0, (off_t)seg_bytes);
+    int mfd;
+    void *seg;
+    const char *step;
+    int err = coll_memfd_map("libcollective-shm", seg_bytes, &mfd, &seg, &step);
     if (err != 0) {
-        coll_set_error(comm, "shm: cannot reserve %zu bytes of shared memory (memfd, the "
-                       "same memory as /dev/shm) for rank %d: %s", seg_bytes, peer,
-                       strerror(err));
-        close(mfd);
-        return collSystemError;
-    }
-    void *seg = mmap(NULL, seg_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
-    if (seg == MAP_FAILED) {
-        coll_set_error(comm, "shm: mmap of %zu bytes for rank %d failed: %s", seg_bytes, peer,
-                       strerror(errno));
-        close(mfd);
+        if (strcmp(step, "reserve") == 0)
+            coll_set_error(comm, "shm: cannot reserve %zu bytes of shared memory (memfd, the "
+                           "same memory as /dev/shm) for rank %d: %s", seg_bytes, peer,
+                           strerror(err));
+        else
+            coll_set_error(comm, "shm: %s of %zu bytes for rank %d failed: %s", step,
+                           seg_bytes, peer, strerror(err));
         return collSystemError;
     }
     struct shm_ctrl *ctrl = seg;
@@ -710,7 +703,7 @@ static collResult_t shm_close(struct coll_conn *base)
 const struct coll_transport coll_shm_transport = {
     .abi = COLL_TRANSPORT_ABI,
     .name = "shm",
-    .caps = COLL_TP_CAP_HOST_MEM,
+    .caps = COLL_TP_CAP_HOST_MEM | COLL_TP_CAP_SHARED_MEM,
     /* A message is a few stores and waiting ranks spin, so there are no wake-ups
      * to count, and a rank's messages cost little beside a round (measured, 8 B,
      * 8 ranks on 2 cores: the star's 2 rounds with 14 messages at the root take
