@@ -19,6 +19,9 @@
  *   case above gives collSystemError naming /dev/shm.
  * - Mixed buffers: rank 0's from collMemAlloc, rank 1's from malloc: a 2 MiB
  *   allreduce must be right and must not take the direct path.
+ * - After such a call both ranks use collMemAlloc buffers for 70 more: every
+ *   result right, the next 63 calls on the slots (the back-off after a fallback,
+ *   kept alike on both ranks, or they would stall), the 64th and later direct.
  *
  *   test_shm
  */
@@ -185,6 +188,66 @@ static void *mixed_main(void *p)
     return NULL;
 }
 
+#define BACKOFF_CALLS 70
+
+static void *backoff_main(void *p)
+{
+    struct rank_arg *a = p;
+    collComm_t comm = NULL;
+    void *m = NULL;
+    float *plain = malloc(MIXED_COUNT * sizeof(float));
+    if (collMemAlloc(&m, MIXED_COUNT * sizeof(float)) != collSuccess || plain == NULL) {
+        a->res = collSystemError;
+        free(plain);
+        collMemFree(m);
+        return NULL;
+    }
+    a->res = collCommInitRank(&comm, NRANKS, a->id, a->rank);
+    for (int call = -1; call < BACKOFF_CALLS && a->res == collSuccess; call++) {
+        /* call -1: rank 1 on malloc memory, which makes both fall back */
+        float *buf = call < 0 && a->rank == 1 ? plain : m;
+        for (size_t i = 0; i < MIXED_COUNT; i++)
+            buf[i] = (float)((i + (size_t)call) % 1000) + (float)a->rank;
+        a->res = collAllReduce(buf, buf, MIXED_COUNT, collFloat32, collSum, comm, NULL);
+        for (size_t i = 0; a->res == collSuccess && i < MIXED_COUNT; i++)
+            if (buf[i] != 2.0f * (float)((i + (size_t)call) % 1000) + 1.0f) {
+                a->wrong = true;
+                break;
+            }
+        bool direct = strcmp(coll_comm_last_algo(comm), "direct") == 0;
+        if (a->res == collSuccess && direct != (call >= 63)) {
+            snprintf(a->msg, sizeof(a->msg), "call %d after the fallback ran %s", call,
+                     coll_comm_last_algo(comm));
+            a->wrong = true;
+            break;
+        }
+    }
+    if (!a->wrong)
+        snprintf(a->msg, sizeof(a->msg), "%s", collGetLastError(comm));
+    if (comm != NULL)
+        collCommDestroy(comm);
+    collMemFree(m);
+    free(plain);
+    return NULL;
+}
+
+static int check_backoff(void)
+{
+    int failures = 0;
+    struct rank_arg args[NRANKS] = {{0}};
+    if (!run_pair(backoff_main, args))
+        return 1;
+    for (int r = 0; r < NRANKS; r++)
+        if (args[r].res != collSuccess || args[r].wrong) {
+            fprintf(stderr, "FAIL: back-off after a fallback: rank %d: %s: %s\n", r,
+                    collGetErrorString(args[r].res), args[r].msg);
+            failures++;
+        }
+    printf("back-off: %d calls on collMemAlloc after a fallback, %d failure(s)\n",
+           BACKOFF_CALLS, failures);
+    return failures;
+}
+
 static int check_mixed_buffers(void)
 {
     int failures = 0;
@@ -251,6 +314,7 @@ int main(void)
     failures += check_sender_leaves();
     failures += check_mem_api();
     failures += check_mixed_buffers();
+    failures += check_backoff();
     /* A segment is 4 KiB of control and 16 x 256 KiB of slots: 1 MiB is too small,
      * and the kernel's SIGXFSZ is ignored so that the call fails with EFBIG. */
     signal(SIGXFSZ, SIG_IGN);
