@@ -38,6 +38,8 @@ typedef struct {
 } collUniqueId;
 
 typedef struct coll_comm *collComm_t; /* opaque */
+/* A stream: see collStreamCreate.  A pointer, like cudaStream_t, so that the
+ * same parameter can carry either (see "Streams" below). */
 typedef void *collStream_t;
 
 typedef enum {
@@ -164,8 +166,48 @@ COLL_API const char *collGetErrorString(collResult_t result);
 COLL_API const char *collGetLastError(collComm_t comm);
 
 /*
- * The collectives.  All block until complete on this rank when stream is NULL;
- * a non-NULL stream is refused with collInvalidUsage in this version.  Every rank
+ * Streams.
+ *
+ * collStreamCreate: a new stream.  A call given a stream (a collective, collSend,
+ * collRecv, collAllToAll, or a whole group whose calls all name that stream) is
+ * checked at once, returns at once, and runs later on its communicator's
+ * progress thread.  The calls on one stream run in the order issued, even when
+ * they are on different communicators; the calls on one communicator run in the
+ * order issued, whatever their streams, and a call with a NULL stream waits for
+ * the communicator's earlier calls before it runs.  The buffers of a call on a
+ * stream must stay valid and untouched until the stream is synchronized.  A
+ * group on a stream must hold calls of one communicator (else collGroupEnd
+ * returns collInvalidUsage).  Returns collInvalidArgument for a NULL stream.
+ *
+ * collStreamQuery: collInProgress while calls issued on the stream are pending;
+ * otherwise the first failure among them not yet returned by
+ * collStreamSynchronize, or collSuccess.
+ * collStreamSynchronize: waits until every call issued on the stream so far is
+ * done; returns the first failure among the calls since the last synchronize
+ * (and forgets it), or collSuccess.  A failure that poisoned a communicator
+ * also shows in collCommGetAsyncError, and its cause in collGetLastError(comm).
+ * collStreamDestroy: waits for the calls issued on the stream (their peers
+ * expect them), returns as collStreamSynchronize, and frees the stream; NULL is
+ * a no-op.  A communicator destroyed with calls still queued on it waits for
+ * them too; collCommAbort fails them at once.
+ * Any of these given a pointer that is not a live stream returns
+ * collInvalidArgument, as does a call given such a stream.
+ *
+ * Device buffers (when the library is built with CUDA): a call whose buffers
+ * are device memory takes a cudaStream_t in the same parameter, as NCCL does,
+ * and is ordered on that CUDA stream; the library tells the two apart by the
+ * buffers' memory type, so code written against this version does not change.
+ * Thread safety: any thread; a stream must not be destroyed while another
+ * thread issues calls on it or waits for it.
+ */
+COLL_API collResult_t collStreamCreate(collStream_t *stream);
+COLL_API collResult_t collStreamQuery(collStream_t stream);
+COLL_API collResult_t collStreamSynchronize(collStream_t stream);
+COLL_API collResult_t collStreamDestroy(collStream_t stream);
+
+/*
+ * The collectives.  With stream NULL they block until complete on this rank;
+ * with a stream they return at once (see Streams above).  Every rank
  * of comm must make the same calls in the same order with the same count,
  * datatype, op and root.  Every rank receives bitwise the same result.
  * A refused call (collInvalidArgument, collInvalidUsage) leaves comm usable; a
@@ -216,8 +258,8 @@ COLL_API collResult_t collReduceScatter(const void *sendbuff, void *recvbuff, si
  * order they were sent, and a receive takes the next message from its peer.
  * Outside a group each call blocks until its message is complete; a rank may
  * send to or receive from itself only inside a group holding both sides.
- * peer must be in [0, nranks); a NULL buffer is allowed only with count 0; a
- * non-NULL stream is refused with collInvalidUsage.  Results as the collectives:
+ * peer must be in [0, nranks); a NULL buffer is allowed only with count 0.  With
+ * a stream the call is queued there (see Streams).  Results as the collectives:
  * collInvalidArgument names the bad argument in collGetLastError and leaves comm
  * usable; system, remote, timeout and size-mismatch failures poison it.
  * Thread safety: one thread at a time per comm.

@@ -9,6 +9,7 @@
 #include "mem.h"
 #include "p2p.h"
 #include "reduce.h"
+#include "stream.h"
 
 struct call_check {
     const char *fn;
@@ -61,11 +62,9 @@ static collResult_t call_check_args(struct coll_comm *comm, const struct call_ch
         coll_set_error(comm, "%s: recvbuff is NULL with count %zu", c->fn, count);
         return collInvalidArgument;
     }
-    if (c->stream != NULL) {
-        coll_set_error(comm, "%s: stream must be NULL: asynchronous streams are not supported "
-                       "in this version", c->fn);
-        return collInvalidUsage;
-    }
+    COLL_CHECK(coll_stream_check(comm, c->fn, c->stream));
+    if (coll_group_active())
+        COLL_CHECK(coll_group_stream(comm, c->fn, c->stream));
     collResult_t poisoned = (collResult_t)atomic_load(&comm->async_error);
     if (poisoned != collSuccess)
         return poisoned; /* the cause is already in last_error */
@@ -108,12 +107,26 @@ static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
 }
 
 /* Inside collGroupStart / collGroupEnd the checked call is queued, and
- * collGroupEnd runs it with call_exec after the group's sends and receives. */
-static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const struct coll_args *a)
+ * collGroupEnd runs it with call_exec after the group's sends and receives.
+ * With a stream it is queued there; without, it runs once the comm's queued
+ * calls are done. */
+static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
+                             collStream_t stream)
 {
     if (coll_group_active())
         return coll_group_queue_coll(comm, f, a, call_exec);
-    return call_exec(comm, f, a);
+    if (stream == NULL) {
+        coll_stream_quiesce(comm);
+        return call_exec(comm, f, a);
+    }
+    struct coll_work w = {.ncolls = 1, .name = coll_func_name(f)};
+    if (coll_calloc(&w.colls, 1) != collSuccess) {
+        coll_set_error(comm, "%s: out of memory queueing the call on its stream",
+                       coll_func_name(f));
+        return collSystemError;
+    }
+    w.colls[0] = (struct coll_work_coll){comm, f, *a, call_exec};
+    return coll_stream_submit(comm, stream, &w);
 }
 
 COLL_API collResult_t collAllReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -125,7 +138,7 @@ COLL_API collResult_t collAllReduce(const void *sendbuff, void *recvbuff, size_t
                            .has_op = true, .op = (int)op, .stream = stream};
     COLL_CHECK(call_check(comm, &c, count, 1));
     struct coll_args a = {sendbuff, recvbuff, count, datatype, op, 0};
-    return call_run(comm, COLL_FUNC_ALLREDUCE, &a);
+    return call_run(comm, COLL_FUNC_ALLREDUCE, &a, stream);
 }
 
 COLL_API collResult_t collBroadcast(const void *sendbuff, void *recvbuff, size_t count,
@@ -138,7 +151,7 @@ COLL_API collResult_t collBroadcast(const void *sendbuff, void *recvbuff, size_t
                            .datatype = datatype, .has_root = true, .root = root, .stream = stream};
     COLL_CHECK(call_check(comm, &c, count, 1));
     struct coll_args a = {sendbuff, recvbuff, count, datatype, collSum, root};
-    return call_run(comm, COLL_FUNC_BROADCAST, &a);
+    return call_run(comm, COLL_FUNC_BROADCAST, &a, stream);
 }
 
 COLL_API collResult_t collReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -151,7 +164,7 @@ COLL_API collResult_t collReduce(const void *sendbuff, void *recvbuff, size_t co
                            .datatype = datatype, .has_op = true, .op = (int)op, .has_root = true, .root = root, .stream = stream};
     COLL_CHECK(call_check(comm, &c, count, 1));
     struct coll_args a = {sendbuff, recvbuff, count, datatype, op, root};
-    return call_run(comm, COLL_FUNC_REDUCE, &a);
+    return call_run(comm, COLL_FUNC_REDUCE, &a, stream);
 }
 
 COLL_API collResult_t collAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
@@ -164,7 +177,7 @@ COLL_API collResult_t collAllGather(const void *sendbuff, void *recvbuff, size_t
                            .datatype = datatype, .stream = stream};
     COLL_CHECK(call_check(comm, &c, sendcount, n));
     struct coll_args a = {sendbuff, recvbuff, sendcount, datatype, collSum, 0};
-    return call_run(comm, COLL_FUNC_ALLGATHER, &a);
+    return call_run(comm, COLL_FUNC_ALLGATHER, &a, stream);
 }
 
 COLL_API collResult_t collReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
@@ -178,5 +191,5 @@ COLL_API collResult_t collReduceScatter(const void *sendbuff, void *recvbuff, si
                            .op = (int)op, .stream = stream};
     COLL_CHECK(call_check(comm, &c, recvcount, n));
     struct coll_args a = {sendbuff, recvbuff, recvcount, datatype, op, 0};
-    return call_run(comm, COLL_FUNC_REDUCE_SCATTER, &a);
+    return call_run(comm, COLL_FUNC_REDUCE_SCATTER, &a, stream);
 }

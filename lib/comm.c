@@ -12,6 +12,7 @@
 #include "internal.h"
 #include "mem.h"
 #include "pattern.h"
+#include "stream.h"
 
 /* The cause of the last failure that had no communicator (a failed init). */
 static _Thread_local char tls_last_error[COLL_ERRMSG_BYTES];
@@ -145,6 +146,7 @@ static void comm_free(struct coll_comm *comm)
 {
     if (comm == NULL)
         return;
+    coll_stream_comm_fini(comm);
     if (comm->peers)
         coll_transport_fini(comm);
     coll_bootstrap_fini(comm);
@@ -169,6 +171,7 @@ collResult_t coll_comm_create(collComm_t *comm_p, int nranks, const struct coll_
     atomic_init(&comm->async_error, collSuccess);
     atomic_init(&comm->aborting, false);
     atomic_init(&comm->busy, 0);
+    atomic_init(&comm->async_pending, 0);
     coll_exec_begin(comm, "init");
     coll_log_set_rank(rank);
     COLL_CHECK_GOTO(coll_calloc(&comm->peers, (size_t)nranks), res, fail);
@@ -251,6 +254,8 @@ COLL_API collResult_t collCommAbort(collComm_t comm)
     atomic_store(&comm->aborting, true);
     coll_comm_poison(comm, collRemoteError);
     coll_transport_shutdown_all(comm);
+    /* Work queued on streams now fails at once; the progress thread ends. */
+    coll_stream_comm_fini(comm);
     /* Let a call blocked in another thread notice (its waits poll at most 100
      * ms at a time) before the memory goes away. */
     int64_t deadline = coll_now_ns() + 5LL * 1000000000LL;

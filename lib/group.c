@@ -19,24 +19,24 @@
  * and returns that error, so a rank never runs part of a group its peers expect
  * whole.  A failure while the group runs ends it: the collectives not yet run are
  * dropped and collGroupEnd returns the failure.
+ *
+ * A group's calls name one stream.  With NULL, collGroupEnd runs the group as
+ * above; with a stream, it queues the whole group there as one piece of work
+ * (stream.c), which then must hold the calls of one communicator.
  */
 #include <stdlib.h>
 
 #include "p2p.h"
-
-struct group_coll {
-    struct coll_comm *comm;
-    enum coll_func f;
-    struct coll_args a;
-    coll_group_coll_fn fn;
-};
+#include "stream.h"
 
 struct group_state {
     int depth;
     collResult_t error;  /* the first refused call of the open group */
+    collStream_t stream; /* of the group's calls (all alike) */
+    bool has_call;
     struct coll_p2p_op *ops;
     int nops, ops_cap;
-    struct group_coll *colls;
+    struct coll_work_coll *colls;
     int ncolls, colls_cap;
 };
 
@@ -51,6 +51,21 @@ void coll_group_fail(collResult_t res)
 {
     if (group.error == collSuccess)
         group.error = res;
+}
+
+collResult_t coll_group_stream(struct coll_comm *comm, const char *fn, collStream_t stream)
+{
+    if (!group.has_call) {
+        group.has_call = true;
+        group.stream = stream;
+        return collSuccess;
+    }
+    if (stream == group.stream)
+        return collSuccess;
+    coll_set_error(comm, "%s: stream %p differs from stream %p of the group's earlier calls: "
+                   "a group runs on one stream", fn, stream, group.stream);
+    coll_group_fail(collInvalidUsage);
+    return collInvalidUsage;
 }
 
 /* Grows *arr (of elem bytes each) so one more fits. */
@@ -93,21 +108,78 @@ collResult_t coll_group_queue_coll(struct coll_comm *comm, enum coll_func f,
         coll_group_fail(res);
         return res;
     }
-    group.colls[group.ncolls++] = (struct group_coll){comm, f, *a, fn};
+    group.colls[group.ncolls++] = (struct coll_work_coll){comm, f, *a, fn};
     return collSuccess;
 }
 
-/* Forgets the queued calls.  The arrays are freed rather than kept for the next
- * group: thread-local storage is not freed when a thread exits. */
-static void group_reset(void)
+/* Hands the queued calls to a work (or frees them) and empties the group.  The
+ * arrays are not kept for the next group: thread-local storage is not freed
+ * when a thread exits. */
+static struct coll_work group_take(void)
 {
-    free(group.ops);
-    free(group.colls);
-    group.ops = NULL;
-    group.colls = NULL;
-    group.nops = group.ops_cap = 0;
-    group.ncolls = group.colls_cap = 0;
-    group.error = collSuccess;
+    struct coll_work w = {group.ops, group.nops, group.colls, group.ncolls, "group"};
+    group = (struct group_state){0};
+    return w;
+}
+
+void coll_work_free(struct coll_work *w)
+{
+    free(w->ops);
+    free(w->colls);
+    w->ops = NULL;
+    w->colls = NULL;
+    w->nops = w->ncolls = 0;
+}
+
+collResult_t coll_work_run(struct coll_work *w)
+{
+    collResult_t res = collSuccess;
+    if (w->nops > 0)
+        res = coll_p2p_run(w->ops, w->nops, w->name);
+    for (int i = 0; i < w->ncolls && res == collSuccess; i++) {
+        struct coll_work_coll *c = &w->colls[i];
+        collResult_t poisoned = (collResult_t)atomic_load(&c->comm->async_error);
+        res = poisoned != collSuccess ? poisoned : c->fn(c->comm, c->f, &c->a);
+    }
+    return res;
+}
+
+/* The communicator of every call of w, or NULL when they are several. */
+static struct coll_comm *work_single_comm(const struct coll_work *w)
+{
+    struct coll_comm *comm = w->nops > 0 ? w->ops[0].comm : w->colls[0].comm;
+    for (int i = 0; i < w->nops; i++)
+        if (w->ops[i].comm != comm)
+            return NULL;
+    for (int i = 0; i < w->ncolls; i++)
+        if (w->colls[i].comm != comm)
+            return NULL;
+    return comm;
+}
+
+collResult_t coll_work_issue(struct coll_work *w, collStream_t stream)
+{
+    if (w->nops == 0 && w->ncolls == 0)
+        return collSuccess;
+    collResult_t res;
+    if (stream != NULL) {
+        struct coll_comm *comm = work_single_comm(w);
+        if (comm == NULL) {
+            coll_set_error(w->nops > 0 ? w->ops[0].comm : w->colls[0].comm,
+                           "%s: a group on a stream must hold the calls of one communicator",
+                           w->name);
+            coll_work_free(w);
+            return collInvalidUsage;
+        }
+        return coll_stream_submit(comm, stream, w);
+    }
+    for (int i = 0; i < w->nops; i++)
+        coll_stream_quiesce(w->ops[i].comm);
+    for (int i = 0; i < w->ncolls; i++)
+        coll_stream_quiesce(w->colls[i].comm);
+    res = coll_work_run(w);
+    coll_work_free(w);
+    return res;
 }
 
 COLL_API collResult_t collGroupStart(void)
@@ -125,19 +197,13 @@ COLL_API collResult_t collGroupEnd(void)
     if (--group.depth > 0)
         return collSuccess;
     collResult_t res = group.error;
+    collStream_t stream = group.stream;
+    struct coll_work w = group_take();
     if (res != collSuccess) {
-        group_reset();
+        coll_work_free(&w);
         return res;
     }
-    /* The queued collectives run with the group closed, so they execute instead of
-     * queueing again; nothing is queued meanwhile by this thread. */
-    if (group.nops > 0)
-        res = coll_p2p_run(group.ops, group.nops, "group");
-    for (int i = 0; i < group.ncolls && res == collSuccess; i++) {
-        struct group_coll *c = &group.colls[i];
-        collResult_t poisoned = (collResult_t)atomic_load(&c->comm->async_error);
-        res = poisoned != collSuccess ? poisoned : c->fn(c->comm, c->f, &c->a);
-    }
-    group_reset();
-    return res;
+    /* The queued collectives run with the group closed, so they execute instead
+     * of queueing again. */
+    return coll_work_issue(&w, stream);
 }

@@ -106,6 +106,9 @@ struct coll_comm {
     uint64_t mem_use;                    /* clock for evicting the least recently used */
     int mem_skip;                        /* eligible calls left to skip (mem.c) */
 
+    struct coll_async *async;      /* progress thread for calls on streams (stream.c) */
+    atomic_int async_pending;      /* calls queued there and not yet done */
+
     _Atomic int async_error;       /* collResult_t that poisoned the comm */
     atomic_bool aborting;
     atomic_int busy;               /* threads inside a call on this comm */

@@ -34,6 +34,7 @@
 
 #include "exec.h"
 #include "p2p.h"
+#include "stream.h"
 #include "reduce.h"
 
 #define P2P_MAGIC 0x31503250434f4c4cull /* "COLCP2P1" read as little-endian bytes */
@@ -403,6 +404,7 @@ collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name
     for (int c = 0; c < run.ncomms; c++) {
         struct coll_comm *comm = run.comms[c].comm;
         atomic_fetch_add(&comm->busy, 1);
+        comm->last_algo_name = "p2p";
         comm->seq++;
         coll_exec_begin(comm, op_name);
     }
@@ -436,7 +438,6 @@ static collResult_t p2p_check(struct coll_comm *comm, const char *fn, const char
         coll_set_error(NULL, "%s: comm is NULL", fn);
         return collInvalidArgument;
     }
-    comm->last_algo_name = "p2p";
     if (buf == NULL && count > 0) {
         coll_set_error(comm, "%s: %s is NULL with count %zu", fn, bufname, count);
         return collInvalidArgument;
@@ -456,11 +457,9 @@ static collResult_t p2p_check(struct coll_comm *comm, const char *fn, const char
                        "space", fn, count, esize, mult);
         return collInvalidArgument;
     }
-    if (stream != NULL) {
-        coll_set_error(comm, "%s: stream must be NULL: asynchronous streams are not supported "
-                       "in this version", fn);
-        return collInvalidUsage;
-    }
+    COLL_CHECK(coll_stream_check(comm, fn, stream));
+    if (coll_group_active())
+        COLL_CHECK(coll_group_stream(comm, fn, stream));
     return (collResult_t)atomic_load(&comm->async_error); /* the cause is in last_error */
 }
 
@@ -481,7 +480,17 @@ static collResult_t p2p_call(bool is_send, void *buf, size_t count, collDataType
                              .bytes = count * coll_dtype_size(datatype)};
     if (coll_group_active())
         return coll_group_queue_p2p(&op);
-    return coll_p2p_run(&op, 1, fn);
+    if (stream == NULL) {
+        coll_stream_quiesce(comm);
+        return coll_p2p_run(&op, 1, fn);
+    }
+    struct coll_work w = {.nops = 1, .name = fn};
+    if (coll_calloc(&w.ops, 1) != collSuccess) {
+        coll_set_error(comm, "%s: out of memory queueing the call on its stream", fn);
+        return collSystemError;
+    }
+    w.ops[0] = op;
+    return coll_work_issue(&w, stream);
 }
 
 COLL_API collResult_t collSend(const void *sendbuff, size_t count, collDataType_t datatype,
@@ -539,9 +548,9 @@ COLL_API collResult_t collAllToAll(const void *sendbuff, void *recvbuff, size_t 
     if (coll_group_active()) {
         for (size_t i = 0; i < 2 * n && res == collSuccess; i++)
             res = coll_group_queue_p2p(&ops[i]);
-    } else {
-        res = coll_p2p_run(ops, (int)(2 * n), "collAllToAll");
+        free(ops);
+        return res;
     }
-    free(ops);
-    return res;
+    struct coll_work w = {.ops = ops, .nops = (int)(2 * n), .name = "collAllToAll"};
+    return coll_work_issue(&w, stream);
 }

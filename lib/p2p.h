@@ -35,6 +35,33 @@ struct coll_p2p_op {
 typedef collResult_t (*coll_group_coll_fn)(struct coll_comm *comm, enum coll_func f,
                                            const struct coll_args *a);
 
+/* A collective waiting in a group or on a stream, with the function that runs it. */
+struct coll_work_coll {
+    struct coll_comm *comm;
+    enum coll_func f;
+    struct coll_args a;
+    coll_group_coll_fn fn;
+};
+
+/* A unit of work: what one collGroupEnd issues, or one call on a stream.  Its
+ * sends and receives progress together, then its collectives run in order.
+ * The arrays are malloc'd and owned by the work (coll_work_free). */
+struct coll_work {
+    struct coll_p2p_op *ops;
+    int nops;
+    struct coll_work_coll *colls;
+    int ncolls;
+    const char *name;       /* for messages: "group", "collSend", ... */
+};
+
+/* Runs w; a failure drops the collectives not yet run and is returned. */
+collResult_t coll_work_run(struct coll_work *w);
+void coll_work_free(struct coll_work *w);
+/* Issues w now or, with a stream, queues it there; either way w's arrays pass to
+ * the callee.  Without a stream, queued work of every communicator w touches
+ * finishes first, so calls run in the order issued. */
+collResult_t coll_work_issue(struct coll_work *w, collStream_t stream);
+
 /* Runs the sends and receives of ops concurrently until all complete, the first
  * failure, or a deadline.  op_name names them in messages ("collSend", "group").
  * On a failure every communicator with messages still in flight is poisoned,
@@ -44,8 +71,13 @@ collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name
 /* True while the calling thread has a group open (collGroupStart without its
  * collGroupEnd). */
 bool coll_group_active(void);
-/* Queues a send or receive in the calling thread's open group. */
+/* Queues a send or receive in the calling thread's open group.  Every call of a
+ * group must name the same stream (coll_group_stream). */
 collResult_t coll_group_queue_p2p(const struct coll_p2p_op *op);
+/* Records the stream of a call made inside the open group: the first call sets
+ * the group's stream; a call with another one is refused (collInvalidUsage,
+ * described on comm) and fails the group. */
+collResult_t coll_group_stream(struct coll_comm *comm, const char *fn, collStream_t stream);
 /* Queues a collective (its arguments already checked) to run at collGroupEnd,
  * after the group's sends and receives, in the order issued. */
 collResult_t coll_group_queue_coll(struct coll_comm *comm, enum coll_func f,

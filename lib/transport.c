@@ -151,8 +151,8 @@ static collResult_t transport_pick(struct coll_comm *comm, int peer, struct coll
     return collSuccess;
 }
 
-collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
-                                     struct coll_conn **conn_p)
+static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
+                                       struct coll_conn **conn_p)
 {
     struct coll_peer *p = &comm->peers[peer];
     struct coll_conn **slot = is_send ? &p->send_conn : &p->recv_conn;
@@ -203,6 +203,18 @@ collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_s
     COLL_INFO(COLL_SUBSYS_TRANSPORT, "receive from rank %d via %s", peer, st->tp->name);
     *conn_p = *slot;
     return collSuccess;
+}
+
+/* A connection that cannot be made mid-operation fails it like a broken one: the
+ * comm is poisoned, so the peers waiting on this rank fail fast and later calls
+ * are refused instead of trying again. */
+collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
+                                     struct coll_conn **conn_p)
+{
+    collResult_t res = transport_get_conn(comm, peer, is_send, conn_p);
+    if (res != collSuccess)
+        coll_comm_poison(comm, res);
+    return res;
 }
 
 const struct coll_transport *coll_transport_for_peer(const struct coll_comm *comm, int peer)

@@ -114,7 +114,7 @@ const struct coll_transport *const *coll_transport_table(int *n_p);
 collResult_t coll_transport_init(struct coll_comm *comm);
 void coll_transport_fini(struct coll_comm *comm);
 /* The send (is_send) or receive connection with peer, established on first use
- * within the comm's deadline. */
+ * within the comm's deadline.  A failure is described and poisons comm. */
 collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
                                      struct coll_conn **conn_p);
 /* Shuts every connection down so blocked peers and callers see an error. */

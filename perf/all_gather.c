@@ -41,9 +41,10 @@ static void all_gather_bandwidth(size_t param_count, size_t elt_size, double sec
 }
 
 static collResult_t all_gather_run(const void *sendbuff, void *recvbuff, size_t count,
-                                   collDataType_t type, collRedOp_t op, int root, collComm_t comm)
+                                   collDataType_t type, collRedOp_t op, int root, collComm_t comm,
+                                   collStream_t stream)
 {
-    return collAllGather(sendbuff, recvbuff, count, type, comm, NULL);
+    return collAllGather(sendbuff, recvbuff, count, type, comm, stream);
 }
 
 static const struct perf_coll all_gather_coll = {

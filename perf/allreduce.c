@@ -31,9 +31,10 @@ static void allreduce_bandwidth(size_t param_count, size_t elt_size, double seco
 }
 
 static collResult_t allreduce_run(const void *sendbuff, void *recvbuff, size_t count,
-                                  collDataType_t type, collRedOp_t op, int root, collComm_t comm)
+                                  collDataType_t type, collRedOp_t op, int root, collComm_t comm,
+                                  collStream_t stream)
 {
-    return collAllReduce(sendbuff, recvbuff, count, type, op, comm, NULL);
+    return collAllReduce(sendbuff, recvbuff, count, type, op, comm, stream);
 }
 
 static const struct perf_coll allreduce_coll = {

@@ -41,9 +41,10 @@ static void alltoall_bandwidth(size_t param_count, size_t elt_size, double secon
 }
 
 static collResult_t alltoall_run(const void *sendbuff, void *recvbuff, size_t count,
-                                 collDataType_t type, collRedOp_t op, int root, collComm_t comm)
+                                 collDataType_t type, collRedOp_t op, int root, collComm_t comm,
+                                 collStream_t stream)
 {
-    return collAllToAll(sendbuff, recvbuff, count, type, comm, NULL);
+    return collAllToAll(sendbuff, recvbuff, count, type, comm, stream);
 }
 
 static const struct perf_coll alltoall_coll = {

@@ -34,9 +34,10 @@ static void broadcast_bandwidth(size_t param_count, size_t elt_size, double seco
 }
 
 static collResult_t broadcast_run(const void *sendbuff, void *recvbuff, size_t count,
-                                  collDataType_t type, collRedOp_t op, int root, collComm_t comm)
+                                  collDataType_t type, collRedOp_t op, int root, collComm_t comm,
+                                  collStream_t stream)
 {
-    return collBroadcast(sendbuff, recvbuff, count, type, root, comm, NULL);
+    return collBroadcast(sendbuff, recvbuff, count, type, root, comm, stream);
 }
 
 static const struct perf_coll broadcast_coll = {

@@ -62,6 +62,7 @@ struct perf_opts {
     int check;   /* checks per result; 0 disables checking */
     int average; /* 0 rank 0, 1 mean, 2 min, 3 max */
     int blocking;
+    int stream_null;    /* -y 0: calls on a stream, synchronized once per timed loop */
     int timeout_s;
     int cputime;
     int local_register; /* -R 1: buffers from collMemAlloc */
@@ -98,7 +99,8 @@ static void perf_usage(FILE *out)
             "(default float)\n"
             "  -r, --root R           root rank, or all / -1 for every rank (default 0)\n"
             "  -z, --blocking 0/1     1: barrier after each call (calls always block)\n"
-            "  -y, --stream_null 0/1  accepted for compatibility; streams are always NULL\n"
+            "  -y, --stream_null 0/1  0: issue the calls on a stream and synchronize once per\n"
+            "                         timed loop; 1 (default): NULL stream, each call blocks\n"
             "  -T, --timeout S        fail when one call takes more than S seconds (0: off)\n"
             "  -G, --cudagraph N      accepted for compatibility; must be 0\n"
             "  -C, --report_cputime 0/1  label the time column cputime (same value here)\n"
@@ -213,6 +215,7 @@ static int perf_parse(int argc, char **argv, struct perf_opts *o)
         .type = collFloat32,
         .op = collSum,
         .root = 0,
+        .stream_null = 1,
     };
     opterr = 0; /* our own messages, which name the flag and exit 2 */
     optind = 1;
@@ -314,7 +317,7 @@ static int perf_parse(int argc, char **argv, struct perf_opts *o)
                 return perf_usage_error("invalid value '%s' for -z (blocking): want 0 or 1", v);
             break;
         case 'y':
-            if (!perf_parse_int(v, 0, 1, &n))
+            if (!perf_parse_int(v, 0, 1, &o->stream_null))
                 return perf_usage_error("invalid value '%s' for -y (stream_null): want 0 or 1", v);
             break;
         case 'T':
@@ -412,6 +415,7 @@ struct perf_rank {
     int errors;    /* results with wrong elements, the same count on every rank */
     bool poisoned; /* a call failed: abort rather than destroy */
     const char *algo; /* the algorithm that ran the last timed call */
+    collStream_t stream; /* -y 0 */
 
     /* Read by the watchdog thread. */
     _Atomic int64_t busy_since_ns; /* 0 outside library calls */
@@ -626,6 +630,8 @@ static void perf_print_header(struct perf_rank *pr, const struct perf_peer *peer
            factor ? "factor" : "bytes", o->warmup, o->iters, o->check);
     if (o->blocking)
         printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
+    if (!o->stream_null)
+        printf("# Stream: calls issued on a collStream_t, synchronized once per timed loop\n");
     printf("# %s\n", lib);
     printf("#\n# Using devices\n");
     for (int r = 0; r < pr->nranks; r++) {
@@ -756,6 +762,16 @@ static void perf_note_algo(struct perf_run *run, const char *algo, size_t size)
     run->last_algo = algo;
 }
 
+/* Waits for the calls issued on the stream (-y 0); with a NULL stream they are
+ * already done.  Then notes the algorithm of the last one. */
+static int perf_sync(struct perf_rank *pr)
+{
+    if (pr->stream != NULL)
+        PERF_TRY(pr, "collStreamSynchronize", collStreamSynchronize(pr->stream));
+    pr->algo = coll_comm_last_algo(pr->comm);
+    return 0;
+}
+
 /* One call.  As nccl-tests does, successive iterations move through the whole
  * maxBytes buffers, so that small sizes are not timed from a warm cache only. */
 static int perf_start(struct perf_rank *pr, struct perf_case *c, bool in_place, int iter)
@@ -767,10 +783,10 @@ static int perf_start(struct perf_rank *pr, struct perf_case *c, bool in_place, 
     size_t steps = total != 0 ? pr->buf_bytes / total : 1;
     perf_place(pr, c, in_place, total * ((size_t)iter % steps));
     PERF_TRY(pr, coll->name,
-             coll->run(c->sendp, c->recvp, c->lay.param_count, c->type, c->op, c->root, pr->comm));
-    pr->algo = coll_comm_last_algo(pr->comm);
+             coll->run(c->sendp, c->recvp, c->lay.param_count, c->type, c->op, c->root, pr->comm,
+                       pr->stream));
     if (pr->run->opts.blocking)
-        return perf_barrier(pr);
+        return perf_sync(pr) != 0 ? -1 : perf_barrier(pr);
     return 0;
 }
 
@@ -792,13 +808,15 @@ static int perf_bench(struct perf_rank *pr, struct perf_case *c, bool in_place,
     size_t elt = perf_type_size(c->type);
     if (o->check)
         perf_prepare(pr, c, in_place, ++pr->rep);
-    if (perf_start(pr, c, in_place, 0) != 0 || perf_barrier(pr) != 0)
+    if (perf_start(pr, c, in_place, 0) != 0 || perf_sync(pr) != 0 || perf_barrier(pr) != 0)
         return -1;
 
     int64_t t0 = perf_now_ns();
     for (int i = 0; i < o->iters; i++)
         if (perf_start(pr, c, in_place, i) != 0)
             return -1;
+    if (perf_sync(pr) != 0)
+        return -1;
     double sec = (double)(perf_now_ns() - t0) * 1e-9 / o->iters;
     if (perf_combine_time(pr, &sec) != 0)
         return -1;
@@ -812,7 +830,7 @@ static int perf_bench(struct perf_rank *pr, struct perf_case *c, bool in_place,
     res->wrong = 0;
     for (int k = 0; k < o->check; k++) {
         perf_prepare(pr, c, in_place, ++pr->rep);
-        if (perf_start(pr, c, in_place, 0) != 0)
+        if (perf_start(pr, c, in_place, 0) != 0 || perf_sync(pr) != 0)
             return -1;
         res->wrong = perf_check(c, pr->run->coll, perf_tool);
         PERF_TRY(pr, "wrong count reduction (allreduce)",
@@ -863,6 +881,8 @@ static int perf_time_test(struct perf_rank *pr, collDataType_t type, collRedOp_t
     for (int i = 0; i < o->warmup; i++)
         if (perf_start(pr, &c, false, i) != 0)
             return -1;
+    if (perf_sync(pr) != 0)
+        return -1;
 
     for (size_t size = o->min_bytes; size <= o->max_bytes; size = perf_next_size(o, size)) {
         perf_set_size(pr, &c, size);
@@ -1026,7 +1046,14 @@ static int perf_rank_main(struct perf_rank *pr)
         return PERF_EXIT_FAIL;
     }
 
-    int status = perf_rank_work(pr);
+    int status = PERF_EXIT_FAIL;
+    res = run->opts.stream_null ? collSuccess : collStreamCreate(&pr->stream);
+    if (res != collSuccess)
+        fprintf(stderr, "%s: collStreamCreate failed: %s\n", perf_tool, collGetLastError(NULL));
+    else
+        status = perf_rank_work(pr);
+    if (pr->stream != NULL && collStreamDestroy(pr->stream) != collSuccess)
+        pr->poisoned = true;
     if (pr->poisoned) {
         /* Abort closes this rank's connections at once, so that ranks waiting on
          * it fail now rather than at their deadline. */

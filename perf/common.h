@@ -67,8 +67,10 @@ struct perf_coll {
      * it) and bus bandwidth (that times the collective's factor), both in GB/s. */
     void (*bandwidth)(size_t param_count, size_t elt_size, double seconds, int nranks,
                       double *algbw_p, double *busbw_p);
+    /* Issues one call; stream is NULL (blocking) unless -y 0. */
     collResult_t (*run)(const void *sendbuff, void *recvbuff, size_t count,
-                        collDataType_t type, collRedOp_t op, int root, collComm_t comm);
+                        collDataType_t type, collRedOp_t op, int root, collComm_t comm,
+                        collStream_t stream);
 };
 
 /* Parses the flags, runs the benchmark and returns the process exit status:

@@ -42,9 +42,10 @@ static void reduce_bandwidth(size_t param_count, size_t elt_size, double seconds
 }
 
 static collResult_t reduce_run(const void *sendbuff, void *recvbuff, size_t count,
-                               collDataType_t type, collRedOp_t op, int root, collComm_t comm)
+                               collDataType_t type, collRedOp_t op, int root, collComm_t comm,
+                               collStream_t stream)
 {
-    return collReduce(sendbuff, recvbuff, count, type, op, root, comm, NULL);
+    return collReduce(sendbuff, recvbuff, count, type, op, root, comm, stream);
 }
 
 static const struct perf_coll reduce_coll = {

@@ -41,9 +41,9 @@ static void reduce_scatter_bandwidth(size_t param_count, size_t elt_size, double
 
 static collResult_t reduce_scatter_run(const void *sendbuff, void *recvbuff, size_t count,
                                        collDataType_t type, collRedOp_t op, int root,
-                                       collComm_t comm)
+                                       collComm_t comm, collStream_t stream)
 {
-    return collReduceScatter(sendbuff, recvbuff, count, type, op, comm, NULL);
+    return collReduceScatter(sendbuff, recvbuff, count, type, op, comm, stream);
 }
 
 static const struct perf_coll reduce_scatter_coll = {

@@ -34,7 +34,8 @@ static void sendrecv_bandwidth(size_t param_count, size_t elt_size, double secon
 }
 
 static collResult_t sendrecv_run(const void *sendbuff, void *recvbuff, size_t count,
-                                 collDataType_t type, collRedOp_t op, int root, collComm_t comm)
+                                 collDataType_t type, collRedOp_t op, int root, collComm_t comm,
+                                 collStream_t stream)
 {
     int rank, nranks;
     collResult_t res = collCommUserRank(comm, &rank);
@@ -47,8 +48,8 @@ static collResult_t sendrecv_run(const void *sendbuff, void *recvbuff, size_t co
         return res;
     /* A refused call inside the group is reported again by collGroupEnd, which
      * must run anyway to close the group. */
-    (void)collSend(sendbuff, count, type, (rank + 1) % nranks, comm, NULL);
-    (void)collRecv(recvbuff, count, type, (rank + nranks - 1) % nranks, comm, NULL);
+    (void)collSend(sendbuff, count, type, (rank + 1) % nranks, comm, stream);
+    (void)collRecv(recvbuff, count, type, (rank + nranks - 1) % nranks, comm, stream);
     return collGroupEnd();
 }
 

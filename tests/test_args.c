@@ -1,6 +1,6 @@
 /*
- * Every public call with bad arguments: it returns collInvalidArgument (or
- * collInvalidUsage for a stream), collGetLastError names the argument, and the
+ * Every public call with bad arguments: it returns collInvalidArgument (also for
+ * a stream not from collStreamCreate), collGetLastError names the argument, and the
  * communicator still works afterwards (a real allreduce is run and checked after
  * each refused call).  Also the version, the error strings, and the NULL buffers
  * the API allows: any buffer with count 0, sendbuff off the root of a broadcast,
@@ -226,16 +226,16 @@ static void check_collective_args(struct args_rank *ar)
     }
 
     /* Streams are not supported in this version. */
-    REFUSED(collAllReduce(s, r, NELEM, collFloat32, collSum, comm, stream), collInvalidUsage,
+    REFUSED(collAllReduce(s, r, NELEM, collFloat32, collSum, comm, stream), collInvalidArgument,
             comm, "stream");
-    REFUSED(collBroadcast(s, r, NELEM, collFloat32, 0, comm, stream), collInvalidUsage, comm,
+    REFUSED(collBroadcast(s, r, NELEM, collFloat32, 0, comm, stream), collInvalidArgument, comm,
             "stream");
-    REFUSED(collReduce(s, r, NELEM, collFloat32, collSum, 0, comm, stream), collInvalidUsage,
+    REFUSED(collReduce(s, r, NELEM, collFloat32, collSum, 0, comm, stream), collInvalidArgument,
             comm, "stream");
-    REFUSED(collAllGather(s, r, NELEM, collFloat32, comm, stream), collInvalidUsage, comm,
+    REFUSED(collAllGather(s, r, NELEM, collFloat32, comm, stream), collInvalidArgument, comm,
             "stream");
     REFUSED(collReduceScatter(s, r, NELEM, collFloat32, collSum, comm, stream),
-            collInvalidUsage, comm, "stream");
+            collInvalidArgument, comm, "stream");
 }
 
 /* The NULL buffers the API allows, as real collectives made by every rank. */

@@ -274,7 +274,7 @@ static void test_refused(struct launch_rank *lr)
                "send from NULL", "sendbuff");
     want_error(lr, collSend(f, 4, (collDataType_t)collNumTypes, 0, c, NULL),
                collInvalidArgument, "bad datatype", "datatype");
-    want_error(lr, collSend(f, 4, collFloat, 0, c, (collStream_t)f), collInvalidUsage, "stream",
+    want_error(lr, collSend(f, 4, collFloat, 0, c, (collStream_t)f), collInvalidArgument, "stream",
                "stream");
     want_error(lr, collAllToAll(NULL, f, 1, collFloat, c, NULL), collInvalidArgument,
                "alltoall NULL", "sendbuff");

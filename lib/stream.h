@@ -1,0 +1,27 @@
+/* Streams: work queued on a communicator's progress thread (stream.c). */
+#ifndef COLL_STREAM_H
+#define COLL_STREAM_H
+
+#include "internal.h"
+#include "p2p.h"
+
+/* Checks that stream is NULL or a live stream from collStreamCreate; otherwise
+ * describes the refusal on comm, naming fn, and returns collInvalidArgument. */
+collResult_t coll_stream_check(struct coll_comm *comm, const char *fn, collStream_t stream);
+
+/* Queues w on comm's progress thread, to run after the earlier work of stream
+ * (on any communicator) and of comm (on any stream).  w's arrays pass to the
+ * stream, also on failure.  Fails when stream was destroyed meanwhile or the
+ * progress thread cannot be started. */
+collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
+                                struct coll_work *w);
+
+/* Waits until comm has no queued work left, so that a call without a stream
+ * runs after the calls issued before it. */
+void coll_stream_quiesce(struct coll_comm *comm);
+
+/* Lets comm's queued work finish (quickly, when the comm is aborting) and joins
+ * its progress thread; for collCommDestroy and collCommAbort. */
+void coll_stream_comm_fini(struct coll_comm *comm);
+
+#endif
