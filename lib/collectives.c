@@ -116,8 +116,13 @@ static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const str
     if (coll_group_active())
         return coll_group_queue_coll(comm, f, a, call_exec);
     if (stream == NULL) {
+        atomic_fetch_add(&comm->busy, 1);
         coll_stream_quiesce(comm);
-        return call_exec(comm, f, a);
+        collResult_t res = (collResult_t)atomic_load(&comm->async_error);
+        if (res == collSuccess)
+            res = call_exec(comm, f, a);
+        atomic_fetch_sub(&comm->busy, 1);
+        return res;
     }
     struct coll_work w = {.ncolls = 1, .name = coll_func_name(f)};
     if (coll_calloc(&w.colls, 1) != collSuccess) {

@@ -255,7 +255,7 @@ COLL_API collResult_t collCommAbort(collComm_t comm)
     coll_comm_poison(comm, collRemoteError);
     coll_transport_shutdown_all(comm);
     /* Work queued on streams now fails at once; the progress thread ends. */
-    coll_stream_comm_fini(comm);
+    coll_stream_comm_stop(comm);
     /* Let a call blocked in another thread notice (its waits poll at most 100
      * ms at a time) before the memory goes away. */
     int64_t deadline = coll_now_ns() + 5LL * 1000000000LL;

@@ -173,11 +173,19 @@ collResult_t coll_work_issue(struct coll_work *w, collStream_t stream)
         }
         return coll_stream_submit(comm, stream, w);
     }
-    for (int i = 0; i < w->nops; i++)
+    for (int i = 0; i < w->nops; i++) {
+        atomic_fetch_add(&w->ops[i].comm->busy, 1);
         coll_stream_quiesce(w->ops[i].comm);
-    for (int i = 0; i < w->ncolls; i++)
+    }
+    for (int i = 0; i < w->ncolls; i++) {
+        atomic_fetch_add(&w->colls[i].comm->busy, 1);
         coll_stream_quiesce(w->colls[i].comm);
+    }
     res = coll_work_run(w);
+    for (int i = 0; i < w->nops; i++)
+        atomic_fetch_sub(&w->ops[i].comm->busy, 1);
+    for (int i = 0; i < w->ncolls; i++)
+        atomic_fetch_sub(&w->colls[i].comm->busy, 1);
     coll_work_free(w);
     return res;
 }

@@ -481,8 +481,11 @@ static collResult_t p2p_call(bool is_send, void *buf, size_t count, collDataType
     if (coll_group_active())
         return coll_group_queue_p2p(&op);
     if (stream == NULL) {
+        atomic_fetch_add(&comm->busy, 1);
         coll_stream_quiesce(comm);
-        return coll_p2p_run(&op, 1, fn);
+        res = coll_p2p_run(&op, 1, fn);
+        atomic_fetch_sub(&comm->busy, 1);
+        return res;
     }
     struct coll_work w = {.nops = 1, .name = fn};
     if (coll_calloc(&w.ops, 1) != collSuccess) {

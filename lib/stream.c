@@ -53,7 +53,8 @@ struct coll_async {
     pthread_cond_t cond;   /* queue grew, or pending fell */
     struct coll_task *head, *tail;
     int pending;           /* queued or running */
-    bool stop;
+    bool stop;             /* end once the queue is empty */
+    bool stopped;          /* the thread was joined */
 };
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -225,16 +226,25 @@ void coll_stream_quiesce(struct coll_comm *comm)
     pthread_mutex_unlock(&as->lock);
 }
 
-void coll_stream_comm_fini(struct coll_comm *comm)
+void coll_stream_comm_stop(struct coll_comm *comm)
 {
     struct coll_async *as = comm->async;
-    if (as == NULL)
+    if (as == NULL || as->stopped)
         return;
     pthread_mutex_lock(&as->lock);
     as->stop = true;
     pthread_cond_broadcast(&as->cond);
     pthread_mutex_unlock(&as->lock);
     pthread_join(as->thread, NULL);
+    as->stopped = true;
+}
+
+void coll_stream_comm_fini(struct coll_comm *comm)
+{
+    struct coll_async *as = comm->async;
+    if (as == NULL)
+        return;
+    coll_stream_comm_stop(comm);
     pthread_cond_destroy(&as->cond);
     pthread_mutex_destroy(&as->lock);
     free(as);

@@ -17,11 +17,15 @@ collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
                                 struct coll_work *w);
 
 /* Waits until comm has no queued work left, so that a call without a stream
- * runs after the calls issued before it. */
+ * runs after the calls issued before it.  The caller counts itself in
+ * comm->busy around the wait and the call, so that collCommAbort from another
+ * thread frees nothing under it. */
 void coll_stream_quiesce(struct coll_comm *comm);
 
 /* Lets comm's queued work finish (quickly, when the comm is aborting) and joins
- * its progress thread; for collCommDestroy and collCommAbort. */
+ * its progress thread (collCommAbort, before it waits for other threads' calls
+ * to leave); then _fini frees what is left (when the comm is freed). */
+void coll_stream_comm_stop(struct coll_comm *comm);
 void coll_stream_comm_fini(struct coll_comm *comm);
 
 #endif

@@ -19,7 +19,9 @@
  *      spanning two communicators, are refused (collInvalidUsage);
  *   8. a failing peer: the last rank aborts its communicator; the others' calls on
  *      a stream fail, and the failure shows in collStreamQuery,
- *      collStreamSynchronize (once) and collCommGetAsyncError.
+ *      collStreamSynchronize (once) and collCommGetAsyncError;
+ *   9. collCommAbort from another thread while a call waits behind the stream's
+ *      queued work: both end with an error, in time, nothing used after free.
  *
  *   collrun -n 3 test_stream      test_stream --threads 4
  */
@@ -441,6 +443,45 @@ static void check_failure(struct launch_rank *lr)
     MUST(lr, collAllReduce(&v, &v, 1, collInt32, collSum, lr->comm, NULL), lr->comm);
 }
 
+/* --- 9. abort while another thread waits behind the stream's queue --- */
+
+static void *abort_later(void *arg)
+{
+    struct timespec ts = {0, 100 * 1000000};
+    nanosleep(&ts, NULL);
+    collCommAbort((collComm_t)arg);
+    return NULL;
+}
+
+static void check_abort_while_waiting(struct launch_rank *lr)
+{
+    collComm_t c = split_comm(lr);
+    int32_t v = 1, w = 1;
+    if (lr->rank == 0 && lr->nranks > 1) {
+        /* The peers never join these calls: the queued one waits, the blocking one
+         * waits behind it, until the abort from the other thread ends both. */
+        collStream_t s;
+        pthread_t t;
+        MUST(lr, collStreamCreate(&s), NULL);
+        MUST(lr, collAllReduce(&v, &v, 1, collInt32, collSum, c, s), c);
+        if (pthread_create(&t, NULL, abort_later, c) != 0)
+            launch_fatal(lr, "pthread_create failed");
+        double t0 = launch_now();
+        collResult_t r = collAllReduce(&w, &w, 1, collInt32, collSum, c, NULL);
+        LR_CHECK(lr, r != collSuccess, "blocking call on an aborted comm: %s",
+                 collGetErrorString(r));
+        pthread_join(t, NULL);
+        r = collStreamSynchronize(s);
+        LR_CHECK(lr, r != collSuccess, "queued call on an aborted comm: %s",
+                 collGetErrorString(r));
+        LR_CHECK(lr, launch_now() - t0 < 20, "the abort took %.1f s", launch_now() - t0);
+        MUST(lr, collStreamDestroy(s), NULL);
+    }
+    MUST(lr, collAllReduce(&v, &w, 1, collInt32, collSum, lr->comm, NULL), lr->comm);
+    if (lr->rank != 0 || lr->nranks == 1)
+        collCommDestroy(c);
+}
+
 static void body(struct launch_rank *lr)
 {
     check_refusals(lr);
@@ -453,6 +494,7 @@ static void body(struct launch_rank *lr)
     check_query(lr);
     check_destroy_pending(lr);
     check_failure(lr);
+    check_abort_while_waiting(lr);
     if (lr->rank == 0)
         printf("test_stream: %d ranks: %s\n", lr->nranks, lr->failures ? "FAILED" : "ok");
 }
