@@ -1,0 +1,266 @@
+/*
+ * dp_trainer's flags: --name VALUE or --name=VALUE.  Every value is checked in full
+ * (no trailing junk, in range); an error names the flag and the value, and the
+ * program exits 2.  Every rank parses the same command line, so every rank exits
+ * alike, before any of them has joined the communicator.
+ */
+#include "options.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char usage[] =
+    "Usage: collrun -n N dp_trainer [flags]   (or torchrun, mpirun, srun)\n"
+    "Trains a multi-layer perceptron with data-parallel SGD over libcollective.\n"
+    "  --steps N              optimiser steps in all (default 300)\n"
+    "  --batch B              global batch, split over the ranks (default 256, >= ranks)\n"
+    "  --lr X                 learning rate (default 0.05)\n"
+    "  --momentum X           SGD momentum in [0, 1) (default 0.9)\n"
+    "  --seed S               initial weights and data order (default 1)\n"
+    "  --hidden W1,W2,...     hidden layer widths (default 256,128)\n"
+    "  --mode ddp|ps          ddp: bucketed allreduce overlapping backward (default);\n"
+    "                         ps: reduce to rank 0, update there, broadcast\n"
+    "  --algo ring|tree|naive|rd\n"
+    "                         ps: algorithm of reduce and broadcast (default naive; not rd)\n"
+    "                         ddp: algorithm of the allreduce (default: the planner's)\n"
+    "                         an existing COLL_ALGO in the environment wins\n"
+    "  --bucket-mb X          ddp: gradient bucket size in MiB (default 1; 0: one per layer)\n"
+    "  --no-overlap           ddp: launch the buckets only after the whole backward pass\n"
+    "  --data FILE            CSV (or .csv.gz) rows, label last (default: synthetic set)\n"
+    "  --checkpoint FILE      write a checkpoint (rank 0) after the last step and ...\n"
+    "  --checkpoint-every K   ... after every K steps\n"
+    "  --resume FILE          continue from a checkpoint\n"
+    "  --dump-params FILE     write the final parameters (float32 little-endian, rank 0)\n"
+    "  --quiet                print only the final line\n"
+    "  --help                 this text\n";
+
+static void defaults(struct options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->steps = 300;
+    o->batch = 256;
+    o->lr = 0.05;
+    o->momentum = 0.9;
+    o->seed = 1;
+    o->hidden[0] = 256;
+    o->hidden[1] = 128;
+    o->nhidden = 2;
+    o->mode = MODE_DDP;
+    o->bucket_mb = 1.0;
+}
+
+static int bad(const char *flag, const char *value, const char *want)
+{
+    fprintf(stderr, "dp_trainer: %s: '%s' is not %s (see --help)\n", flag, value, want);
+    return 2;
+}
+
+static int parse_long(const char *flag, const char *v, long lo, long *out)
+{
+    char *end;
+    errno = 0;
+    long x = strtol(v, &end, 10);
+    if (errno != 0 || end == v || *end != '\0' || x < lo)
+        return bad(flag, v, lo > 0 ? "a positive integer" : "an integer >= 0");
+    *out = x;
+    return 0;
+}
+
+static int parse_double(const char *flag, const char *v, double lo, double hi, double *out,
+                        const char *want)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (errno != 0 || end == v || *end != '\0' || !isfinite(x) || x < lo || x >= hi)
+        return bad(flag, v, want);
+    *out = x;
+    return 0;
+}
+
+static int parse_seed(const char *flag, const char *v, uint64_t *out)
+{
+    char *end;
+    errno = 0;
+    unsigned long long x = strtoull(v, &end, 0);
+    if (errno != 0 || end == v || *end != '\0' || strchr(v, '-') != NULL)
+        return bad(flag, v, "an unsigned integer");
+    *out = (uint64_t)x;
+    return 0;
+}
+
+static int parse_hidden(const char *flag, const char *v, struct options *o)
+{
+    const char *p = v;
+    o->nhidden = 0;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long w = strtol(p, &end, 10);
+        if (errno != 0 || end == p || w < 1 || w > 65536 || (*end != ',' && *end != '\0') ||
+            o->nhidden == TRAINER_MAX_HIDDEN)
+            return bad(flag, v, "a list of 1 to 16 widths in [1, 65536], such as 256,128");
+        o->hidden[o->nhidden++] = (int)w;
+        if (*end == '\0')
+            return 0;
+        p = end + 1;
+    }
+}
+
+static int parse_mode(const char *flag, const char *v, struct options *o)
+{
+    if (strcmp(v, "ddp") == 0)
+        o->mode = MODE_DDP;
+    else if (strcmp(v, "ps") == 0)
+        o->mode = MODE_PS;
+    else
+        return bad(flag, v, "ddp or ps");
+    return 0;
+}
+
+static int parse_algo(const char *flag, const char *v, struct options *o)
+{
+    static const char *const names[] = {"ring", "tree", "naive", "rd"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(v, names[i]) == 0) {
+            o->algo = names[i];
+            return 0;
+        }
+    return bad(flag, v, "ring, tree, naive or rd");
+}
+
+/* One flag with its value v (NULL for a flag without one). */
+static int parse_flag(const char *flag, const char *v, struct options *o)
+{
+    if (strcmp(flag, "--steps") == 0)
+        return parse_long(flag, v, 1, &o->steps);
+    if (strcmp(flag, "--batch") == 0)
+        return parse_long(flag, v, 1, &o->batch);
+    if (strcmp(flag, "--lr") == 0)
+        return parse_double(flag, v, 1e-300, INFINITY, &o->lr, "a positive number");
+    if (strcmp(flag, "--momentum") == 0)
+        return parse_double(flag, v, 0.0, 1.0, &o->momentum, "a number in [0, 1)");
+    if (strcmp(flag, "--seed") == 0)
+        return parse_seed(flag, v, &o->seed);
+    if (strcmp(flag, "--hidden") == 0)
+        return parse_hidden(flag, v, o);
+    if (strcmp(flag, "--mode") == 0)
+        return parse_mode(flag, v, o);
+    if (strcmp(flag, "--algo") == 0)
+        return parse_algo(flag, v, o);
+    if (strcmp(flag, "--bucket-mb") == 0)
+        return parse_double(flag, v, 0.0, 1e6, &o->bucket_mb, "a number of MiB >= 0");
+    if (strcmp(flag, "--checkpoint-every") == 0)
+        return parse_long(flag, v, 1, &o->checkpoint_every);
+    const char **path = strcmp(flag, "--data") == 0          ? &o->data
+                        : strcmp(flag, "--checkpoint") == 0  ? &o->checkpoint
+                        : strcmp(flag, "--resume") == 0      ? &o->resume
+                                                             : &o->dump_params;
+    if (*v == '\0')
+        return bad(flag, v, "a file name");
+    *path = v;
+    return 0;
+}
+
+static bool known_flag(const char *flag)
+{
+    static const char *const names[] = {
+        "--steps", "--batch", "--lr", "--momentum", "--seed", "--hidden", "--mode", "--algo",
+        "--bucket-mb", "--checkpoint-every", "--data", "--checkpoint", "--resume",
+        "--dump-params"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strcmp(flag, names[i]) == 0)
+            return true;
+    return false;
+}
+
+static int takes_no_value(const char *flag, struct options *o)
+{
+    if (strcmp(flag, "--no-overlap") == 0)
+        o->no_overlap = true;
+    else if (strcmp(flag, "--quiet") == 0)
+        o->quiet = true;
+    else
+        return 0;
+    return 1;
+}
+
+/* Checks between flags, once all are known. */
+static int check_combination(const struct options *o)
+{
+    if (o->mode == MODE_PS && o->algo != NULL && strcmp(o->algo, "rd") == 0) {
+        fprintf(stderr, "dp_trainer: --algo: 'rd' runs only allreduce and allgather; "
+                        "--mode ps needs ring, tree or naive\n");
+        return 2;
+    }
+    if (o->checkpoint_every != 0 && o->checkpoint == NULL) {
+        fprintf(stderr, "dp_trainer: --checkpoint-every: needs --checkpoint FILE\n");
+        return 2;
+    }
+    return 0;
+}
+
+int options_parse(int argc, char **argv, struct options *o)
+{
+    defaults(o);
+    for (int i = 1; i < argc; i++) {
+        char *a = argv[i];
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
+            fputs(usage, stdout);
+            return 1;
+        }
+        if (takes_no_value(a, o))
+            continue;
+        if (strncmp(a, "--", 2) != 0) {
+            fprintf(stderr, "dp_trainer: unexpected argument '%s' (see --help)\n", a);
+            return 2;
+        }
+        char *eq = strchr(a, '=');
+        const char *v;
+        if (eq != NULL)
+            *eq = '\0';
+        if (!known_flag(a)) {
+            bool plain = strcmp(a, "--no-overlap") == 0 || strcmp(a, "--quiet") == 0;
+            fprintf(stderr, plain ? "dp_trainer: %s takes no value (see --help)\n"
+                                  : "dp_trainer: unknown flag '%s' (see --help)\n", a);
+            return 2;
+        }
+        if (eq != NULL) {
+            v = eq + 1;
+        } else if (i + 1 < argc) {
+            v = argv[++i];
+        } else {
+            fprintf(stderr, "dp_trainer: %s: needs a value (see --help)\n", a);
+            return 2;
+        }
+        int r = parse_flag(a, v, o);
+        if (r != 0)
+            return r;
+    }
+    return check_combination(o);
+}
+
+const char *options_apply_algo(const struct options *o)
+{
+    static char desc[128];
+    const char *env = getenv("COLL_ALGO");
+    if (env != NULL) {
+        snprintf(desc, sizeof(desc), "COLL_ALGO=%s (from the environment)", env);
+        return desc;
+    }
+    const char *name = o->algo != NULL ? o->algo : o->mode == MODE_PS ? "naive" : NULL;
+    if (name == NULL)
+        return "algorithm chosen by the planner";
+    char spec[96];
+    if (o->mode == MODE_PS)
+        snprintf(spec, sizeof(spec), "reduce:%s;broadcast:%s", name, name);
+    else
+        snprintf(spec, sizeof(spec), "allreduce:%s", name);
+    /* Before collCommInitFromEnv: the library reads its parameters once, at init. */
+    setenv("COLL_ALGO", spec, 1);
+    snprintf(desc, sizeof(desc), "COLL_ALGO=%s", spec);
+    return desc;
+}

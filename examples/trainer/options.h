@@ -1,0 +1,42 @@
+/*
+ * dp_trainer's command line.
+ */
+#ifndef TRAINER_OPTIONS_H
+#define TRAINER_OPTIONS_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#define TRAINER_MAX_HIDDEN 16
+
+enum trainer_mode { MODE_DDP, MODE_PS };
+
+struct options {
+    long steps;
+    long batch;
+    double lr;
+    double momentum;
+    uint64_t seed;
+    int hidden[TRAINER_MAX_HIDDEN];
+    int nhidden;
+    enum trainer_mode mode;
+    const char *algo;       /* NULL: ps takes naive, ddp leaves the choice to the planner */
+    double bucket_mb;
+    bool no_overlap;
+    const char *data;       /* NULL: the synthetic set */
+    const char *checkpoint;
+    long checkpoint_every;  /* 0: only after the last step */
+    const char *resume;
+    const char *dump_params;
+    bool quiet;
+};
+
+/* Parses argv into o.  Returns 0 to run, 1 after printing the help (exit 0), or 2
+ * after printing an error that names the flag (exit 2). */
+int options_parse(int argc, char **argv, struct options *o);
+
+/* Sets COLL_ALGO for the mode and --algo, unless the environment already has one.
+ * Returns a description for the start line. */
+const char *options_apply_algo(const struct options *o);
+
+#endif
