@@ -84,11 +84,11 @@ done
 # The loss curves: the first repetition's 4-rank runs (or the most ranks run).
 nmax=$(echo "$ranks" | tr ' ' '\n' | sort -n | tail -n 1)
 csv=$out/trainer_loss.csv
-echo "epoch,ddp_loss,ps_loss,ddp_acc,ps_acc" >"$csv"
-paste -d' ' <(awk '/^epoch/ { print $2, $6, $8 }' "$out/ddp-n$nmax-rep1.log") \
+echo "epoch,step,ddp_loss,ps_loss,ddp_acc,ps_acc" >"$csv"
+paste -d' ' <(awk '/^epoch/ { print $2, $4, $6, $8 }' "$out/ddp-n$nmax-rep1.log") \
             <(awk '/^epoch/ { print $6, $8 }' "$out/ps-n$nmax-rep1.log") |
-    awk '{ printf "%s,%s,%s,%s,%s\n", $1, $2, $4, $3, $5 }' >>"$csv"
+    awk '{ printf "%s,%s,%s,%s,%s,%s\n", $1, $2, $3, $5, $4, $6 }' >>"$csv"
 python3 perf/plot_loss.py -o "$svg" \
-    --title "dp_trainer, $nmax ranks: training loss per epoch (--hidden $hidden)" "$csv"
+    --title "dp_trainer, $nmax ranks: training loss (epoch means; --hidden $hidden)" "$csv"
 echo
 echo "loss per epoch: $csv; plot: $svg"
