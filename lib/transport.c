@@ -105,10 +105,13 @@ void coll_transport_shutdown_all(struct coll_comm *comm)
 {
     for (int k = 0; comm->peers && k < comm->nranks; k++) {
         struct coll_peer *p = &comm->peers[k];
-        if (p->send_conn)
-            p->send_conn->tp->shutdown(p->send_conn);
-        if (p->recv_conn)
-            p->recv_conn->tp->shutdown(p->recv_conn);
+        /* May run in another thread than the one making connections (abort). */
+        struct coll_conn *s = __atomic_load_n(&p->send_conn, __ATOMIC_ACQUIRE);
+        struct coll_conn *r = __atomic_load_n(&p->recv_conn, __ATOMIC_ACQUIRE);
+        if (s)
+            s->tp->shutdown(s);
+        if (r)
+            r->tp->shutdown(r);
     }
 }
 
@@ -151,6 +154,13 @@ static collResult_t transport_pick(struct coll_comm *comm, int peer, struct coll
     return collSuccess;
 }
 
+/* Stores a new connection where collCommAbort, from another thread, may read it
+ * (coll_transport_shutdown_all): released, so the reader sees it whole. */
+static void conn_publish(struct coll_conn **slot, struct coll_conn *c)
+{
+    __atomic_store_n(slot, c, __ATOMIC_RELEASE);
+}
+
 static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
                                        struct coll_conn **conn_p)
 {
@@ -164,9 +174,11 @@ static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is
     int index;
     COLL_CHECK(transport_pick(comm, peer, &st, &index));
     if (is_send) {
-        COLL_CHECK(st->tp->connect(st->ctx, p->info.tp_handle[index], peer, slot));
+        struct coll_conn *c = NULL;
+        COLL_CHECK(st->tp->connect(st->ctx, p->info.tp_handle[index], peer, &c));
+        conn_publish(slot, c);
         COLL_INFO(COLL_SUBSYS_TRANSPORT, "send to rank %d via %s", peer, st->tp->name);
-        *conn_p = *slot;
+        *conn_p = c;
         return collSuccess;
     }
     /* Accept until the wanted peer's connection is complete, stashing others. */
@@ -180,7 +192,7 @@ static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is
                 c->tp->close(c);
                 return collRemoteError;
             }
-            from->recv_conn = c;
+            conn_publish(&from->recv_conn, c);
             continue;
         }
         if (atomic_load(&comm->aborting)) {
