@@ -354,7 +354,7 @@ static collResult_t boot_register(struct coll_comm *comm, const struct coll_id *
     coll_socket_addr_str((const struct sockaddr *)&id->addr, raddr, sizeof(raddr));
     int fd, err;
     collResult_t res = coll_socket_connect((const struct sockaddr *)&id->addr, id->addrlen,
-                                           deadline, &fd);
+                                           deadline, true, &fd);
     if (res != collSuccess) {
         coll_set_error(comm, "bootstrap: cannot reach the root at %s within %lld ms: %s", raddr,
                        (long long)comm->timeout_ms, strerror(errno));
@@ -414,7 +414,7 @@ static collResult_t boot_ring_link(struct coll_comm *comm, int64_t deadline)
     int err;
     char a[COLL_ADDR_STRLEN];
     collResult_t res = coll_socket_connect((const struct sockaddr *)&ni->boot_addr,
-                                           ni->boot_addrlen, deadline, &comm->boot_next_fd);
+                                           ni->boot_addrlen, deadline, true, &comm->boot_next_fd);
     if (res != collSuccess) {
         coll_set_error(comm, "bootstrap: cannot connect to rank %d at %s (%.64s): %s", next,
                        coll_socket_addr_str((const struct sockaddr *)&ni->boot_addr, a, sizeof(a)),
@@ -561,6 +561,52 @@ collResult_t coll_bootstrap_barrier(struct coll_comm *comm)
             char t = 0, u;
             COLL_CHECK(boot_sendrecv(comm, &t, &u, 1, deadline));
         }
+    }
+    return collSuccess;
+}
+
+#define BOOT_FAILURE_NOTICE 'F'
+
+void coll_bootstrap_notify_failure(struct coll_comm *comm)
+{
+    if (!comm->boot_watch)
+        return; /* during init the ring carries init's own messages */
+    char b = BOOT_FAILURE_NOTICE;
+    int fds[2] = {comm->boot_prev_fd, comm->boot_next_fd};
+    for (int i = 0; i < 2; i++)
+        if (fds[i] >= 0)
+            (void)send(fds[i], &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+int coll_bootstrap_notice_fds(struct coll_comm *comm, struct pollfd *pfds)
+{
+    int fds[2] = {comm->boot_prev_fd, comm->boot_next_fd}, n = 0;
+    for (int i = 0; i < 2 && comm->boot_watch; i++)
+        if (fds[i] >= 0 && !comm->boot_eof[i])
+            pfds[n++] = (struct pollfd){.fd = fds[i], .events = POLLIN};
+    return n;
+}
+
+collResult_t coll_bootstrap_notice_check(struct coll_comm *comm, const struct pollfd *pfds,
+                                         int n)
+{
+    for (int i = 0; i < n; i++) {
+        if (pfds[i].revents == 0)
+            continue;
+        int side = pfds[i].fd == comm->boot_prev_fd ? 0 : 1;
+        char b = 0;
+        ssize_t got = recv(pfds[i].fd, &b, 1, MSG_DONTWAIT);
+        if (got == 1 && b == BOOT_FAILURE_NOTICE) {
+            int nr = comm->nranks;
+            int prev = (comm->rank - 1 + nr) % nr, next = (comm->rank + 1) % nr;
+            coll_set_error(comm, "%s #%llu: the communicator failed elsewhere (notice from "
+                           "rank %d, which failed or heard of a failure)", comm->op_name,
+                           (unsigned long long)comm->seq, side == 0 ? prev : next);
+            coll_comm_poison(comm, collRemoteError);
+            return collRemoteError;
+        }
+        if (got == 0 || (got < 0 && errno != EAGAIN && errno != EWOULDBLOCK))
+            comm->boot_eof[side] = true; /* gone: watch it no more */
     }
     return collSuccess;
 }

@@ -60,4 +60,24 @@ collResult_t coll_bootstrap_allgather(struct coll_comm *comm, void *data, size_t
 collResult_t coll_bootstrap_barrier(struct coll_comm *comm);
 void coll_bootstrap_fini(struct coll_comm *comm);
 
+/*
+ * Failure notices.  After init the out-of-band ring carries nothing but these: a
+ * rank whose communicator is poisoned writes one byte to both ring neighbours
+ * (coll_bootstrap_notify_failure), and a rank that finds one while it waits
+ * poisons its own, which passes the notice on.  So a failure reaches every rank
+ * even where no data connection leads from the failed rank, as when a peer is
+ * waiting for a connection the failed rank will never make (connections are
+ * made on first use).  A clean destroy writes nothing, and a neighbour's EOF
+ * alone is no failure: a rank may leave while its last bytes are still read.
+ */
+struct pollfd;
+void coll_bootstrap_notify_failure(struct coll_comm *comm);
+/* Appends to pfds the ring descriptors still worth watching; returns how many
+ * (at most 2). */
+int coll_bootstrap_notice_fds(struct coll_comm *comm, struct pollfd *pfds);
+/* After poll(): a notice among pfds (from coll_bootstrap_notice_fds) poisons comm
+ * and returns collRemoteError, described for collGetLastError. */
+collResult_t coll_bootstrap_notice_check(struct coll_comm *comm, const struct pollfd *pfds,
+                                         int n);
+
 #endif

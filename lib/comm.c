@@ -30,8 +30,10 @@ void coll_set_error(struct coll_comm *comm, const char *fmt, ...)
 void coll_comm_poison(struct coll_comm *comm, collResult_t res)
 {
     int expected = collSuccess;
-    if (atomic_compare_exchange_strong(&comm->async_error, &expected, (int)res))
+    if (atomic_compare_exchange_strong(&comm->async_error, &expected, (int)res)) {
         coll_transport_shutdown_all(comm);
+        coll_bootstrap_notify_failure(comm);
+    }
 }
 
 collResult_t coll_comm_scratch(struct coll_comm *comm, size_t bytes, void **p_p)
@@ -199,6 +201,7 @@ collResult_t coll_comm_create(collComm_t *comm_p, int nranks, const struct coll_
     }
     COLL_CHECK_GOTO(coll_plan_init(comm), res, fail);
     COLL_CHECK_GOTO(coll_mem_comm_init(comm), res, fail);
+    comm->boot_watch = true;
     COLL_INFO(COLL_SUBSYS_INIT, "rank %d of %d ready on %s pid %d", rank, nranks,
               comm->peers[rank].info.host, (int)getpid());
     *comm_p = comm;
@@ -299,6 +302,11 @@ COLL_API collResult_t collCommUserRank(const collComm_t comm, int *rank)
     }
     *rank = comm->rank;
     return collSuccess;
+}
+
+bool coll_comm_has_conn(const struct coll_comm *comm, int peer, bool is_send)
+{
+    return (is_send ? comm->peers[peer].send_conn : comm->peers[peer].recv_conn) != NULL;
 }
 
 const char *coll_comm_last_algo(const struct coll_comm *comm)

@@ -183,7 +183,7 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         return collSuccess;
     }
     /* Block until a descriptor is ready, the deadline or a 100 ms tick. */
-    struct pollfd pfds[64];
+    struct pollfd pfds[64 + 2];
     nfds_t n = 0;
     for (int i = 0; i < nreqs; i++) {
         const struct coll_conn *c = reqs[i] ? reqs[i]->conn : NULL;
@@ -195,7 +195,8 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         for (int k = 0; k < c->nfds && n < 64; k++)
             pfds[n++] = (struct pollfd){.fd = c->fds[k], .events = ev};
     }
+    int nn = coll_bootstrap_notice_fds(comm, pfds + n);
     int64_t ms = (comm->deadline_ns - now) / 1000000 + 1;
-    (void)poll(pfds, n, ms > 100 ? 100 : (int)ms);
-    return collSuccess;
+    (void)poll(pfds, n + (nfds_t)nn, ms > 100 ? 100 : (int)ms);
+    return coll_bootstrap_notice_check(comm, pfds + n, nn);
 }

@@ -73,6 +73,8 @@ struct coll_comm {
     int boot_listen_fd;
     int boot_next_fd;
     int boot_prev_fd;
+    bool boot_watch;               /* init is done: the ring carries failure notices */
+    bool boot_eof[2];              /* prev, next closed: no notice can come */
 
     /* Staging and scratch owned by the comm, grown on demand. */
     void *scratch;
@@ -134,6 +136,10 @@ collResult_t coll_comm_create(struct coll_comm **comm_p, int nranks, const struc
 /* The algorithm that ran the last collective or point-to-point call on comm
  * ("ring", "tree", "naive", "p2p"), or "none"; for the perf tools. */
 const char *coll_comm_last_algo(const struct coll_comm *comm);
+
+/* Whether this rank has a send (is_send) or receive connection with peer yet;
+ * for tests of what happens before a connection exists. */
+bool coll_comm_has_conn(const struct coll_comm *comm, int peer, bool is_send);
 
 /* Scratch of at least bytes, owned by comm. */
 collResult_t coll_comm_scratch(struct coll_comm *comm, size_t bytes, void **p_p);

@@ -277,7 +277,7 @@ static int sock_poll_ms(int64_t deadline_ns)
 }
 
 collResult_t coll_socket_connect(const struct sockaddr *sa, socklen_t len, int64_t deadline_ns,
-                                 int *fd_p)
+                                 bool retry_refused, int *fd_p)
 {
     int last_err = 0;
     char a[COLL_ADDR_STRLEN];
@@ -314,8 +314,9 @@ collResult_t coll_socket_connect(const struct sockaddr *sa, socklen_t len, int64
         }
         last_err = errno;
         close(fd);
-        bool retry = last_err == ECONNREFUSED || last_err == ETIMEDOUT || last_err == EAGAIN ||
-                     last_err == ENETUNREACH || last_err == EHOSTUNREACH || last_err == EINTR;
+        bool retry = (last_err == ECONNREFUSED && retry_refused) || last_err == ETIMEDOUT ||
+                     last_err == EAGAIN || last_err == ENETUNREACH || last_err == EHOSTUNREACH ||
+                     last_err == EINTR;
         if (!retry || coll_now_ns() >= deadline_ns)
             break;
         struct timespec ts = {0, 20 * 1000 * 1000};
@@ -324,6 +325,8 @@ collResult_t coll_socket_connect(const struct sockaddr *sa, socklen_t len, int64
     COLL_INFO(COLL_SUBSYS_BOOT, "connect to %s failed: %s",
               coll_socket_addr_str(sa, a, sizeof(a)), strerror(last_err));
     errno = last_err;
+    if (last_err == ECONNREFUSED && !retry_refused)
+        return collRemoteError;
     return (last_err == ECONNREFUSED || last_err == ETIMEDOUT) ? collTimeout : collSystemError;
 }
 

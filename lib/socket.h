@@ -36,10 +36,13 @@ collResult_t coll_socket_pick_addr(const struct sockaddr *toward, union coll_soc
 /* Non-blocking listening socket bound to ss (port may be 0); the bound address
  * comes back in ss. */
 collResult_t coll_socket_listen(union coll_sockaddr *ss, socklen_t *len_p, int *fd_p);
-/* Connects with retries on refusal until deadline_ns (monotonic).  Non-blocking
+/* Connects, retrying until deadline_ns (monotonic) while the address is
+ * unreachable and, with retry_refused, while it refuses (a listener that may not
+ * be up yet, as at bootstrap).  Without retry_refused a refusal is
+ * collRemoteError at once: a peer's listener that was up is gone.  Non-blocking
  * fd with TCP_NODELAY on success. */
 collResult_t coll_socket_connect(const struct sockaddr *sa, socklen_t len, int64_t deadline_ns,
-                                 int *fd_p);
+                                 bool retry_refused, int *fd_p);
 /* Sends / receives exactly n bytes before deadline_ns.  Returns collTimeout,
  * collRemoteError (peer closed, reset) or collSystemError; *err_p gets errno
  * (0 for a clean close or timeout). */

@@ -205,12 +205,15 @@ static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is
                            p->info.host, (long long)comm->timeout_ms);
             return collTimeout;
         }
-        struct pollfd pfds[COLL_CONN_MAX_FDS];
+        struct pollfd pfds[COLL_CONN_MAX_FDS + 2];
         struct coll_conn *l = st->listener;
         for (int i = 0; i < l->nfds; i++)
             pfds[i] = (struct pollfd){.fd = l->fds[i], .events = POLLIN};
+        /* The peer may have failed before connecting: its notice ends the wait. */
+        int nn = coll_bootstrap_notice_fds(comm, pfds + l->nfds);
         int64_t ms = (comm->deadline_ns - now) / 1000000 + 1;
-        (void)poll(pfds, (nfds_t)l->nfds, ms > 100 ? 100 : (int)ms);
+        (void)poll(pfds, (nfds_t)(l->nfds + nn), ms > 100 ? 100 : (int)ms);
+        COLL_CHECK(coll_bootstrap_notice_check(comm, pfds + l->nfds, nn));
     }
     COLL_INFO(COLL_SUBSYS_TRANSPORT, "receive from rank %d via %s", peer, st->tp->name);
     *conn_p = *slot;

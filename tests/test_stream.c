@@ -21,7 +21,10 @@
  *      a stream fail, and the failure shows in collStreamQuery,
  *      collStreamSynchronize (once) and collCommGetAsyncError;
  *   9. collCommAbort from another thread while a call waits behind the stream's
- *      queued work: both end with an error, in time, nothing used after free.
+ *      queued work: both end with an error, in time, nothing used after free;
+ *  10. a rank that aborts before a connection with its peer exists: the peer's
+ *      receive ends by the failure notice over the out-of-band ring, its send by
+ *      the refused connection, both at once rather than at the deadline.
  *
  *   collrun -n 3 test_stream      test_stream --threads 4
  */
@@ -482,6 +485,70 @@ static void check_abort_while_waiting(struct launch_rank *lr)
         collCommDestroy(c);
 }
 
+/* --- 10. a peer that fails before it ever connects --- */
+
+/* A pair (waiter, victim) where the waiter has no connection with the victim yet
+ * in the direction is_send, or -1s. */
+static void find_unconnected(struct launch_rank *lr, collComm_t c, bool is_send, int *waiter_p,
+                             int *victim_p)
+{
+    const int n = lr->nranks, me = lr->rank;
+    int32_t *has = calloc((size_t)n * (size_t)n, sizeof(int32_t));
+    if (!has)
+        launch_fatal(lr, "out of memory");
+    for (int p = 0; p < n; p++)
+        has[(size_t)me * (size_t)n + (size_t)p] = p == me || coll_comm_has_conn(c, p, is_send);
+    MUST(lr, collAllGather(has + (size_t)me * (size_t)n, has, (size_t)n, collInt32, lr->comm,
+                           NULL), lr->comm);
+    *waiter_p = *victim_p = -1;
+    for (int w = 0; w < n && *waiter_p < 0; w++)
+        for (int v = 0; v < n && *waiter_p < 0; v++)
+            if (!has[(size_t)w * (size_t)n + (size_t)v]) {
+                *waiter_p = w;
+                *victim_p = v;
+            }
+    free(has);
+}
+
+/* The waiter receives from (or sends to) the victim over a connection that does
+ * not exist yet, and the victim aborts instead of making (or accepting) it.  A
+ * receive can only learn of it from the failure notice over the out-of-band
+ * ring; a send finds the victim's listener gone.  Either way the call must fail
+ * at once, not at the deadline. */
+static void check_failure_before_connect(struct launch_rank *lr, bool is_send)
+{
+    const int me = lr->rank;
+    collComm_t c = split_comm(lr);
+    int waiter, victim;
+    find_unconnected(lr, c, is_send, &waiter, &victim);
+    if (waiter < 0) {
+        if (me == 0)
+            printf("test_stream: part 10 (%s) skipped: every such connection exists\n",
+                   is_send ? "send" : "receive");
+        collCommDestroy(c);
+        return;
+    }
+    int32_t v = 0;
+    if (me == victim) {
+        MUST(lr, collCommAbort(c), NULL);
+    }
+    /* The sender must find the listener gone, so it starts after the abort. */
+    MUST(lr, collAllReduce(&v, &v, 1, collInt32, collSum, lr->comm, NULL), lr->comm);
+    if (me == waiter) {
+        double t0 = launch_now();
+        collResult_t r = is_send ? collSend(&v, 1, collInt32, victim, c, NULL)
+                                 : collRecv(&v, 1, collInt32, victim, c, NULL);
+        LR_CHECK(lr, r == collRemoteError, "%s rank %d, which aborted: %s (%s)",
+                 is_send ? "send to" : "receive from", victim, collGetErrorString(r),
+                 collGetLastError(c));
+        LR_CHECK(lr, launch_now() - t0 < 20, "the failure took %.1f s to show",
+                 launch_now() - t0);
+    }
+    MUST(lr, collAllReduce(&v, &v, 1, collInt32, collSum, lr->comm, NULL), lr->comm);
+    if (me != victim)
+        collCommDestroy(c);
+}
+
 static void body(struct launch_rank *lr)
 {
     check_refusals(lr);
@@ -495,6 +562,8 @@ static void body(struct launch_rank *lr)
     check_destroy_pending(lr);
     check_failure(lr);
     check_abort_while_waiting(lr);
+    check_failure_before_connect(lr, false);
+    check_failure_before_connect(lr, true);
     if (lr->rank == 0)
         printf("test_stream: %d ranks: %s\n", lr->nranks, lr->failures ? "FAILED" : "ok");
 }

@@ -220,8 +220,10 @@ static collResult_t tcp_connect(void *vctx, const void *handle, int peer,
     int i;
     char a[COLL_ADDR_STRLEN];
     for (i = 0; i < n; i++) {
+        /* The peer listened before its handle was shared: a refusal means it is
+         * gone, so fail at once rather than retry until the deadline. */
         res = coll_socket_connect((struct sockaddr *)&h.addr, h.addrlen, comm->deadline_ns,
-                                  &fds[i]);
+                                  false, &fds[i]);
         if (res != collSuccess) {
             coll_set_error(comm, "tcp: cannot connect to rank %d at %s (%.64s): %s", peer,
                            coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a)),
