@@ -95,10 +95,13 @@ struct verbs_reply {
     uint32_t ring_rkey;
 };
 
+struct verbs_listener;
+
 struct verbs_ctx {
     struct coll_comm *comm;
     struct verbs_dev dev;
     uint32_t nslots, slot_bytes;
+    struct verbs_listener *lis; /* for set-ups answered while waiting on other work */
 };
 
 struct verbs_req {
@@ -106,6 +109,7 @@ struct verbs_req {
     char *buf;
     size_t size;
     size_t done_bytes;
+    uint64_t end;      /* sender: the slot count once its last fragment is staged */
     bool reported;
 };
 
@@ -163,6 +167,9 @@ struct verbs_listener {
     int lfd;
     struct verbs_pending pend[VERBS_MAX_PENDING];
     int npend;
+    /* Receive connections set up and answered, not yet handed out by accept() */
+    struct coll_conn **ready;
+    int nready;
 };
 
 static collResult_t verbs_init(struct coll_comm *comm, void **ctx_p)
@@ -250,11 +257,15 @@ static collResult_t verbs_listen(void *vctx, void *handle, struct coll_conn **li
                                      &h.addr, &len, ifname, sizeof(ifname)));
     struct verbs_listener *lis;
     COLL_CHECK(coll_calloc(&lis, 1));
-    collResult_t res = coll_socket_listen(&h.addr, &len, &lis->lfd);
+    collResult_t res = coll_calloc(&lis->ready, (size_t)comm->nranks);
+    if (res == collSuccess)
+        res = coll_socket_listen(&h.addr, &len, &lis->lfd);
     if (res != collSuccess) {
+        free(lis->ready);
         free(lis);
         return res;
     }
+    ctx->lis = lis;
     h.addrlen = len;
     memcpy(handle, &h, sizeof(h));
     lis->ctx = ctx;
@@ -365,8 +376,13 @@ static collResult_t verbs_conn_new(struct verbs_ctx *ctx, int peer, bool is_send
     what = "ibv_req_notify_cq";
     if (ibv_req_notify_cq(c->cq, 0) != 0)
         goto err;
-    c->base.nfds = 2;
+    /* The side socket (fds[0], set by the caller), completion events, and the
+     * listener, so that a hello wakes a wait and is answered (see
+     * verbs_listener_progress). */
+    c->base.nfds = ctx->lis ? 3 : 2;
     c->base.fds[1] = c->chan->fd;
+    if (ctx->lis)
+        c->base.fds[2] = ctx->lis->lfd;
     *c_p = c;
     return collSuccess;
 err:
@@ -476,11 +492,15 @@ static collResult_t verbs_accept_one(struct verbs_listener *lis, int fd,
     return collSuccess;
 }
 
-static collResult_t verbs_accept(struct coll_conn *lbase, struct coll_conn **conn_p)
+/* Answers every peer whose hello has come: its receive connection is set up
+ * and kept for accept().  Runs from accept() and also while this rank waits on
+ * other verbs work, because a sender's data is written only once its queue
+ * pair is up: a rank busy elsewhere must not keep its peers' sends waiting for
+ * the step where it receives from them (two ranks that each send before they
+ * receive would wait on each other). */
+static collResult_t verbs_listener_progress(struct verbs_listener *lis)
 {
-    struct verbs_listener *lis = coll_container_of(lbase, struct verbs_listener, base);
     struct coll_comm *comm = lis->ctx->comm;
-    *conn_p = NULL;
     for (;;) {
         int fd = accept4(lis->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0)
@@ -516,15 +536,38 @@ static collResult_t verbs_accept(struct coll_conn *lbase, struct coll_conn **con
                       lis->ctx->slot_bytes);
             drop = true;
         }
-        if (drop) {
+        if (drop || lis->nready == comm->nranks) {
             close(fd);
             continue;
         }
-        verbs_listener_update_fds(lis);
-        return verbs_accept_one(lis, fd, &h, conn_p);
+        struct coll_conn *c = NULL;
+        collResult_t res = verbs_accept_one(lis, fd, &h, &c);
+        if (res != collSuccess) {
+            verbs_listener_update_fds(lis);
+            return res;
+        }
+        lis->ready[lis->nready++] = c;
     }
     verbs_listener_update_fds(lis);
     return collSuccess;
+}
+
+static collResult_t verbs_accept(struct coll_conn *lbase, struct coll_conn **conn_p)
+{
+    struct verbs_listener *lis = coll_container_of(lbase, struct verbs_listener, base);
+    *conn_p = NULL;
+    COLL_CHECK(verbs_listener_progress(lis));
+    if (lis->nready > 0)
+        *conn_p = lis->ready[--lis->nready];
+    return collSuccess;
+}
+
+/* Set-ups that peers wait for, answered from a wait on other work; a failure
+ * was described by coll_set_error and is left for accept() to meet again. */
+static void verbs_answer_peers(struct verbs_conn *c)
+{
+    if (c->ctx->lis != NULL)
+        (void)verbs_listener_progress(c->ctx->lis);
 }
 
 /* Marks c failed by a work completion, with a text for collGetLastError. */
@@ -691,6 +734,8 @@ static bool verbs_progress_send(struct verbs_conn *c)
         }
         if (r->done_bytes < r->size)
             break;
+        if (r->end == 0)
+            r->end = c->filled;
     }
     while (c->up && c->posted < c->filled && c->sq_out < c->send_depth) {
         uint32_t s = (uint32_t)(c->posted % c->nslots);
@@ -831,11 +876,18 @@ static collResult_t verbs_test(struct coll_req *rbase, bool *done_p, size_t *n_p
     if (c->failed != collSuccess)
         return c->failed;
     bool gone = c->peer_gone;
+    if (c->base.is_send && !c->up)
+        verbs_answer_peers(c); /* the peer may wait for this rank's answer in turn */
     bool moved = c->base.is_send ? verbs_progress_send(c) : verbs_progress_recv(c);
     if (c->failed != collSuccess)
         return c->failed;
-    if (r->done_bytes < r->size)
+    /* A send is complete once its last fragment is posted: staged alone, it
+     * would need this rank to come back and post it. */
+    if (r->done_bytes < r->size || (c->base.is_send && c->posted < r->end)) {
+        if (!moved && (c->idle_tests & 255) == 255)
+            verbs_answer_peers(c);
         return verbs_check_alive(c, moved, gone);
+    }
     *done_p = true;
     if (n_p)
         *n_p = r->size;
@@ -860,6 +912,7 @@ static bool verbs_wait_prepare(struct coll_req *rbase)
     struct verbs_conn *c = coll_container_of(rbase->conn, struct verbs_conn, base);
     if (c->failed != collSuccess || atomic_load(&c->shut))
         return true; /* test() reports it */
+    verbs_answer_peers(c);
     if (c->base.is_send && !c->up)
         return false; /* the answer arrives on the socket, which the core polls */
     verbs_check_sock(c);
@@ -935,6 +988,10 @@ static collResult_t verbs_close(struct coll_conn *base)
         close(lis->lfd);
         for (int i = 0; i < lis->npend; i++)
             close(lis->pend[i].fd);
+        for (int i = 0; i < lis->nready; i++)
+            verbs_conn_free(coll_container_of(lis->ready[i], struct verbs_conn, base));
+        free(lis->ready);
+        lis->ctx->lis = NULL;
         free(lis);
         return collSuccess;
     }
