@@ -2,7 +2,8 @@
 # The verbs transport on a real verbs stack: Soft-RoCE (rxe0) inside a throw-away
 # VM (../shared/tools/rxe-vm), booted once for all of these:
 #
-#   sweep-verbs-n{2,3,4}        tests/test_sweep with COLL_TRANSPORTS=verbs
+#   sweep-verbs-n{2,3,4}        tests/test_sweep with COLL_TRANSPORTS=verbs (n = 2:
+#                               allreduce with the 1M+3 count; 3, 4: all, without)
 #   sweep-verbs-ALGO-n{2,3,4}   the same with COLL_ALGO forced (ring, tree, naive,
 #                               rd; the collectives of the `forced` table in
 #                               tests/meson.build), without the 1M+3 count
@@ -68,7 +69,7 @@ if [ "${1:-}" = "--inside" ]; then
     }
     t_all=$SECONDS
     echo "verbs tests on $(hostname), device ${RXE_VM_DEV:-?}, GID index ${RXE_VM_GID_INDEX:-?}"
-    run sweep-verbs-n2 300 -- "$collrun" -n 2 --timeout 300 "$sweep" --big-subset
+    run sweep-verbs-n2 300 -- "$collrun" -n 2 --timeout 300 "$sweep" --big-subset --coll allreduce
     for n in 3 4; do
         run sweep-verbs-n$n 300 -- "$collrun" -n $n --timeout 300 "$sweep" --quick
     done
