@@ -33,8 +33,9 @@ static void exec_fail(struct coll_comm *comm, struct coll_conn *c, collResult_t 
     const struct coll_rank_info *pi = &comm->peers[c->peer].info;
     char a[COLL_ADDR_STRLEN];
     coll_socket_addr_str((const struct sockaddr *)&pi->boot_addr, a, sizeof(a));
-    const char *what = c->err_no ? strerror(c->err_no)
-                                 : (c->is_send ? "connection closed" : "connection closed by peer");
+    const char *what = c->err_text ? c->err_text
+                       : c->err_no ? strerror(c->err_no)
+                       : (c->is_send ? "connection closed" : "connection closed by peer");
     coll_set_error(comm, "%s #%llu: %s rank %d (%.64s, %s) over %s failed: %s", comm->op_name,
                    (unsigned long long)comm->seq, c->is_send ? "sending to" : "receiving from",
                    c->peer, pi->host, a, c->tp->name, what);

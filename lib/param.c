@@ -45,8 +45,8 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                                    "SO_SNDBUF/SO_RCVBUF of data sockets; 0: 512 KiB on "
                                    "loopback, the kernel's autotuning otherwise"},
     [COLL_PARAM_TRANSPORTS] = {"COLL_TRANSPORTS", COLL_PARAM_TYPE_STR, NULL,
-                               "transports to use (shm, tcp; same-host peers take shm "
-                               "first); ^ excludes"},
+                               "transports to use (shm, verbs, tcp; same-host peers take "
+                               "shm first); ^ excludes"},
     [COLL_PARAM_ALGO] = {"COLL_ALGO", COLL_PARAM_TYPE_STR, NULL,
                          "algorithm override (ring, tree, naive, rd): ring, or "
                          "allreduce:ring;broadcast:ring; ^ excludes"},
@@ -75,6 +75,18 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                                      "allreduce from this many bytes reads collMemAlloc "
                                      "buffers directly when every rank's are and all ranks "
                                      "share memory; -1: never"},
+    [COLL_PARAM_IB_HCA] = {"COLL_IB_HCA", COLL_PARAM_TYPE_STR, NULL,
+                           "RDMA devices and ports for verbs: prefixes with optional ports, "
+                           "'^' excludes, '=' exact (mlx5_0:1,mlx5_1 / ^mlx5_2 / =rxe0); "
+                           "default: the first active port of any device"},
+    [COLL_PARAM_IB_GID_INDEX] = {"COLL_IB_GID_INDEX", COLL_PARAM_TYPE_INT, "-1",
+                                 "GID index for verbs; -1 picks the IPv4-mapped RoCE v2 GID "
+                                 "on RoCE, none (LID) on InfiniBand"},
+    [COLL_PARAM_IB_NSLOTS] = {"COLL_IB_NSLOTS", COLL_PARAM_TYPE_INT, "16",
+                              "slots per verbs receive ring (2-256)"},
+    [COLL_PARAM_IB_SLOT_BYTES] = {"COLL_IB_SLOT_BYTES", COLL_PARAM_TYPE_SIZE, "131072",
+                                  "bytes per slot of a verbs receive ring (4 KiB-8 MiB, a "
+                                  "multiple of 64)"},
 };
 
 static pthread_once_t param_once = PTHREAD_ONCE_INIT;

@@ -16,6 +16,11 @@ static const struct coll_transport *const transport_table[] = {
 #if COLL_HAVE_SHM
     &coll_shm_transport,
 #endif
+#if COLL_HAVE_VERBS
+    /* After shm, so peers on one host keep shared memory unless COLL_TRANSPORTS
+     * says otherwise; before tcp, which reaches everyone. */
+    &coll_verbs_transport,
+#endif
     &coll_tcp_transport,
 };
 #define NTRANSPORTS ((int)(sizeof(transport_table) / sizeof(transport_table[0])))
@@ -55,6 +60,7 @@ collResult_t coll_transport_init(struct coll_comm *comm)
     const char *spec = coll_param_str(COLL_PARAM_TRANSPORTS);
     struct coll_rank_info *mine = &comm->peers[comm->rank].info;
     comm->ntps = 0;
+    char absent[64] = ""; /* allowed transports with nothing to use on this host */
     for (int i = 0; i < NTRANSPORTS; i++) {
         const struct coll_transport *tp = transport_table[i];
         if (!transport_valid(tp)) {
@@ -65,7 +71,13 @@ collResult_t coll_transport_init(struct coll_comm *comm)
             continue;
         struct coll_tp_state *st = &comm->tps[comm->ntps];
         st->tp = tp;
+        st->ctx = NULL;
         COLL_CHECK(tp->init(comm, &st->ctx));
+        if (st->ctx == NULL) {
+            size_t len = strlen(absent);
+            snprintf(absent + len, sizeof(absent) - len, "%s%s", len ? ", " : "", tp->name);
+            continue;
+        }
         collResult_t res = tp->listen(st->ctx, mine->tp_handle[i], &st->listener);
         if (res != collSuccess) {
             tp->fini(st->ctx);
@@ -76,7 +88,9 @@ collResult_t coll_transport_init(struct coll_comm *comm)
         comm->ntps++;
     }
     if (comm->ntps == 0) {
-        coll_set_error(comm, "no transport is usable (COLL_TRANSPORTS=%s)", spec ? spec : "");
+        coll_set_error(comm, "no transport is usable (COLL_TRANSPORTS=%s)%s%s%s", spec ? spec : "",
+                       absent[0] ? "; not available on this host: " : "", absent,
+                       absent[0] ? " (COLL_DEBUG=INFO says why)" : "");
         return collInvalidUsage;
     }
     return collSuccess;

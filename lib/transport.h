@@ -35,6 +35,10 @@ struct coll_conn {
     int nfds;      /* descriptors the core may poll() while waiting on this conn */
     int fds[COLL_CONN_MAX_FDS];
     int err_no;    /* errno of the last failure, 0 for a clean close by the peer */
+    /* The cause of the last failure in the transport's own words, when errno
+     * cannot say it (a verbs work completion's status): exec.c reports it
+     * instead of strerror(err_no).  NULL when unset; owned by the connection. */
+    const char *err_text;
     bool poll_in;  /* wait for POLLIN even when sending (wake-ups arrive as bytes) */
 };
 
@@ -55,6 +59,8 @@ struct coll_transport {
     double plan_wake_ratio;
     /* test() costs no system call: the core may poll it longer before blocking. */
     bool cheap_poll;
+    /* *ctx_p NULL with collSuccess: nothing to use on this host (no device);
+     * the transport is then not offered, and init has said why at INFO. */
     collResult_t (*init)(struct coll_comm *comm, void **ctx_p);
     void (*fini)(void *ctx);
     /* Whether this rank can reach peer, whose listen handle is given. */
@@ -130,5 +136,6 @@ const char *coll_transport_peer_name(const struct coll_comm *comm, int peer);
 
 extern const struct coll_transport coll_shm_transport;
 extern const struct coll_transport coll_tcp_transport;
+extern const struct coll_transport coll_verbs_transport;
 
 #endif
