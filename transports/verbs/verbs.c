@@ -411,8 +411,10 @@ static collResult_t verbs_connect(void *vctx, const void *handle, int peer,
     COLL_CHECK(verbs_conn_new(ctx, peer, true, h.nslots, h.slot_bytes, &c));
     char a[COLL_ADDR_STRLEN];
     coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a));
+    /* The side channel listened before the handle was shared: a refusal means
+     * the peer is gone. */
     collResult_t res = coll_socket_connect((struct sockaddr *)&h.addr, h.addrlen,
-                                           comm->deadline_ns, &c->sock);
+                                           comm->deadline_ns, false, &c->sock);
     if (res != collSuccess) {
         coll_set_error(comm, "verbs: cannot reach the side channel of rank %d at %s (%.64s): %s",
                        peer, a, comm->peers[peer].info.host, strerror(errno));
