@@ -4,7 +4,7 @@
 #
 #   sweep-verbs-n{2,3,4}        tests/test_sweep with COLL_TRANSPORTS=verbs (n = 2:
 #                               allreduce with the 1M+3 count; 3, 4: all, without)
-#   sweep-verbs-ALGO-n{2,3,4}   the same with COLL_ALGO forced (ring, tree, naive,
+#   sweep-verbs-ALGO-n{3,4}     the same with COLL_ALGO forced (ring, tree, naive,
 #                               rd; the collectives of the `forced` table in
 #                               tests/meson.build), without the 1M+3 count
 #   sweep-verbs-tiny-n3         2 slots of 4 KiB: every message wraps the ring
@@ -79,7 +79,7 @@ if [ "${1:-}" = "--inside" ]; then
         rd) coll=(--coll allreduce,allgather) ;;
         *) coll=() ;;
         esac
-        for n in 2 3 4; do
+        for n in 3 4; do
             run sweep-verbs-$algo-n$n 300 COLL_ALGO=$algo -- \
                 "$collrun" -n $n --timeout 300 "$sweep" --quick "${coll[@]}"
         done
