@@ -330,6 +330,36 @@ collResult_t coll_socket_connect(const struct sockaddr *sa, socklen_t len, int64
     return (last_err == ECONNREFUSED || last_err == ETIMEDOUT) ? collTimeout : collSystemError;
 }
 
+int coll_hellos_next(int lfd, struct coll_hellos *h, void *hello, bool *whole)
+{
+    for (;;) {
+        int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+        if (fd < 0)
+            break;
+        if (h->npend == h->cap) {
+            close(fd);
+            continue;
+        }
+        h->pend[h->npend].fd = fd;
+        h->pend[h->npend++].got = 0;
+    }
+    for (int i = h->npend - 1; i >= 0; i--) {
+        struct coll_hello_wait *p = &h->pend[i];
+        ssize_t r = recv(p->fd, p->buf + p->got, h->bytes - p->got, MSG_DONTWAIT);
+        if (r > 0)
+            p->got += (size_t)r;
+        bool failed = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR);
+        if (p->got < h->bytes && !failed)
+            continue;
+        int fd = p->fd;
+        *whole = p->got == h->bytes;
+        memcpy(hello, p->buf, h->bytes);
+        *p = h->pend[--h->npend];
+        return fd;
+    }
+    return -1;
+}
+
 collResult_t coll_socket_send_all(int fd, const void *buf, size_t n, int64_t deadline_ns,
                                   int *err_p)
 {

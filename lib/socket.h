@@ -36,6 +36,26 @@ collResult_t coll_socket_pick_addr(const struct sockaddr *toward, union coll_soc
 /* Non-blocking listening socket bound to ss (port may be 0); the bound address
  * comes back in ss. */
 collResult_t coll_socket_listen(union coll_sockaddr *ss, socklen_t *len_p, int *fd_p);
+/* Sockets accepted by a transport's listener whose fixed-size hello (the
+ * handshake: secret, rank, ...) has not fully arrived yet. */
+#define COLL_HELLO_MAX_BYTES 256
+struct coll_hello_wait {
+    int fd;
+    size_t got;
+    unsigned char buf[COLL_HELLO_MAX_BYTES];
+};
+struct coll_hellos {
+    struct coll_hello_wait *pend; /* cap entries, owned by the caller */
+    int npend, cap;
+    size_t bytes;                 /* the hello's size, at most COLL_HELLO_MAX_BYTES */
+};
+
+/* Accepts lfd's new connections into h (beyond cap they are closed), reads what
+ * has come of their hellos, and returns the fd of one whose hello is whole
+ * (copied into hello; *whole true) or that closed or failed first (*whole false),
+ * or -1 when none is ready now.  The caller owns the returned fd; loop until -1. */
+int coll_hellos_next(int lfd, struct coll_hellos *h, void *hello, bool *whole);
+
 /* Connects, retrying until deadline_ns (monotonic) while the address is
  * unreachable and, with retry_refused, while it refuses (a listener that may not
  * be up yet, as at bootstrap).  Without retry_refused a refusal is

@@ -47,6 +47,7 @@ struct tcp_hello {
     int32_t sock_idx;
     int32_t nsocks;
 };
+_Static_assert(sizeof(struct tcp_hello) <= COLL_HELLO_MAX_BYTES, "tcp hello too large");
 
 struct tcp_ctx {
     struct coll_comm *comm;
@@ -75,19 +76,12 @@ struct tcp_conn {
     collResult_t failed;             /* sticky error */
 };
 
-/* A socket accepted but not yet matched to a peer. */
-struct tcp_pending {
-    int fd;
-    size_t got;
-    struct tcp_hello hello;
-};
-
 struct tcp_listener {
     struct coll_conn base;
     struct tcp_ctx *ctx;
     int lfd;
-    struct tcp_pending pend[TCP_MAX_PENDING];
-    int npend;
+    struct coll_hello_wait pend[TCP_MAX_PENDING]; /* accepted, hello incomplete */
+    struct coll_hellos hellos;
     /* Sockets that passed the handshake, grouped per source rank until all
      * nsocks of that rank have arrived. */
     struct {
@@ -160,6 +154,8 @@ static collResult_t tcp_listen(void *vctx, void *handle, struct coll_conn **lis_
         ctx->bufsize = 512 * 1024;
     COLL_CHECK(coll_calloc(&lis, 1));
     COLL_CHECK(coll_calloc(&lis->ready, (size_t)comm->nranks));
+    lis->hellos = (struct coll_hellos){.pend = lis->pend, .cap = TCP_MAX_PENDING,
+                                       .bytes = sizeof(struct tcp_hello)};
     lis->nranks = comm->nranks;
     lis->ctx = ctx;
     collResult_t res = coll_socket_listen(&h.addr, &len, &lis->lfd);
@@ -261,7 +257,7 @@ static void tcp_listener_update_fds(struct tcp_listener *lis)
 {
     lis->base.fds[0] = lis->lfd;
     int n = 1;
-    for (int i = 0; i < lis->npend && n < COLL_CONN_MAX_FDS; i++)
+    for (int i = 0; i < lis->hellos.npend && n < COLL_CONN_MAX_FDS; i++)
         lis->base.fds[n++] = lis->pend[i].fd;
     lis->base.nfds = n;
 }
@@ -271,28 +267,11 @@ static collResult_t tcp_accept(struct coll_conn *lbase, struct coll_conn **conn_
     struct tcp_listener *lis = coll_container_of(lbase, struct tcp_listener, base);
     struct coll_comm *comm = lis->ctx->comm;
     *conn_p = NULL;
-    for (;;) {
-        int fd = accept4(lis->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0)
-            break;
-        if (lis->npend == TCP_MAX_PENDING) {
-            close(fd);
-            continue;
-        }
-        lis->pend[lis->npend++] = (struct tcp_pending){.fd = fd};
-    }
-    for (int i = lis->npend - 1; i >= 0; i--) {
-        struct tcp_pending *p = &lis->pend[i];
-        ssize_t r = recv(p->fd, (char *)&p->hello + p->got, sizeof(p->hello) - p->got,
-                         MSG_DONTWAIT);
-        if (r > 0)
-            p->got += (size_t)r;
-        bool drop = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR);
-        if (p->got < sizeof(p->hello) && !drop)
-            continue;
-        struct tcp_hello h = p->hello;
-        int pfd = p->fd;
-        *p = lis->pend[--lis->npend];
+    struct tcp_hello h;
+    bool whole;
+    int pfd;
+    while ((pfd = coll_hellos_next(lis->lfd, &lis->hellos, &h, &whole)) >= 0) {
+        bool drop = !whole;
         if (!drop && (h.magic != TCP_MAGIC || memcmp(h.secret, comm->secret, COLL_SECRET_BYTES) ||
                       h.rank < 0 || h.rank >= lis->nranks || h.nsocks < 1 ||
                       h.nsocks > TCP_MAX_SOCKS || h.sock_idx < 0 || h.sock_idx >= h.nsocks)) {
@@ -499,7 +478,7 @@ static collResult_t tcp_close(struct coll_conn *base)
     if (base->peer < 0) {
         struct tcp_listener *lis = coll_container_of(base, struct tcp_listener, base);
         close(lis->lfd);
-        for (int i = 0; i < lis->npend; i++)
+        for (int i = 0; i < lis->hellos.npend; i++)
             close(lis->pend[i].fd);
         for (int k = 0; k < lis->nranks; k++)
             for (int s = 0; s < lis->ready[k].have && s < TCP_MAX_SOCKS; s++)

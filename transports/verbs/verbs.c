@@ -87,6 +87,7 @@ struct verbs_hello {
     uint64_t credit_addr;
     uint32_t credit_rkey;
 };
+_Static_assert(sizeof(struct verbs_hello) <= COLL_HELLO_MAX_BYTES, "verbs hello too large");
 
 struct verbs_reply {
     uint32_t magic;
@@ -155,18 +156,12 @@ struct verbs_conn {
     char err[160];                 /* base.err_text when a completion failed */
 };
 
-struct verbs_pending {
-    int fd;
-    size_t got;
-    struct verbs_hello hello;
-};
-
 struct verbs_listener {
     struct coll_conn base;
     struct verbs_ctx *ctx;
     int lfd;
-    struct verbs_pending pend[VERBS_MAX_PENDING];
-    int npend;
+    struct coll_hello_wait pend[VERBS_MAX_PENDING]; /* accepted, hello incomplete */
+    struct coll_hellos hellos;
     /* Receive connections set up and answered, not yet handed out by accept() */
     struct coll_conn **ready;
     int nready;
@@ -257,6 +252,8 @@ static collResult_t verbs_listen(void *vctx, void *handle, struct coll_conn **li
                                      &h.addr, &len, ifname, sizeof(ifname)));
     struct verbs_listener *lis;
     COLL_CHECK(coll_calloc(&lis, 1));
+    lis->hellos = (struct coll_hellos){.pend = lis->pend, .cap = VERBS_MAX_PENDING,
+                                       .bytes = sizeof(struct verbs_hello)};
     collResult_t res = coll_calloc(&lis->ready, (size_t)comm->nranks);
     if (res == collSuccess)
         res = coll_socket_listen(&h.addr, &len, &lis->lfd);
@@ -447,7 +444,7 @@ static void verbs_listener_update_fds(struct verbs_listener *lis)
 {
     lis->base.fds[0] = lis->lfd;
     int n = 1;
-    for (int i = 0; i < lis->npend && n < COLL_CONN_MAX_FDS; i++)
+    for (int i = 0; i < lis->hellos.npend && n < COLL_CONN_MAX_FDS; i++)
         lis->base.fds[n++] = lis->pend[i].fd;
     lis->base.nfds = n;
 }
@@ -503,28 +500,11 @@ static collResult_t verbs_accept_one(struct verbs_listener *lis, int fd,
 static collResult_t verbs_listener_progress(struct verbs_listener *lis)
 {
     struct coll_comm *comm = lis->ctx->comm;
-    for (;;) {
-        int fd = accept4(lis->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0)
-            break;
-        if (lis->npend == VERBS_MAX_PENDING) {
-            close(fd);
-            continue;
-        }
-        lis->pend[lis->npend++] = (struct verbs_pending){.fd = fd};
-    }
-    for (int i = lis->npend - 1; i >= 0; i--) {
-        struct verbs_pending *p = &lis->pend[i];
-        ssize_t r = recv(p->fd, (char *)&p->hello + p->got, sizeof(p->hello) - p->got,
-                         MSG_DONTWAIT);
-        if (r > 0)
-            p->got += (size_t)r;
-        bool drop = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR);
-        if (p->got < sizeof(p->hello) && !drop)
-            continue;
-        struct verbs_hello h = p->hello;
-        int fd = p->fd;
-        *p = lis->pend[--lis->npend];
+    struct verbs_hello h;
+    bool whole;
+    int fd;
+    while ((fd = coll_hellos_next(lis->lfd, &lis->hellos, &h, &whole)) >= 0) {
+        bool drop = !whole;
         if (!drop && (h.magic != VERBS_MAGIC ||
                       memcmp(h.secret, comm->secret, COLL_SECRET_BYTES) != 0 || h.rank < 0 ||
                       h.rank >= comm->nranks)) {
@@ -988,7 +968,7 @@ static collResult_t verbs_close(struct coll_conn *base)
     if (base->peer < 0) {
         struct verbs_listener *lis = coll_container_of(base, struct verbs_listener, base);
         close(lis->lfd);
-        for (int i = 0; i < lis->npend; i++)
+        for (int i = 0; i < lis->hellos.npend; i++)
             close(lis->pend[i].fd);
         for (int i = 0; i < lis->nready; i++)
             verbs_conn_free(coll_container_of(lis->ready[i], struct verbs_conn, base));
