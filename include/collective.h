@@ -212,7 +212,9 @@ COLL_API collResult_t collStreamDestroy(collStream_t stream);
  * datatype, op and root.  Every rank receives bitwise the same result.
  * A refused call (collInvalidArgument, collInvalidUsage) leaves comm usable; a
  * system, remote or timeout failure poisons it: later calls return that error
- * and only collCommDestroy / collCommAbort remain.
+ * and only collCommDestroy / collCommAbort remain.  The failure reaches the
+ * other ranks too: their calls on comm in progress or to come fail with
+ * collRemoteError within moments (not at their deadline).
  * Thread safety: one thread at a time per comm.
  */
 
