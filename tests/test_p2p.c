@@ -317,12 +317,18 @@ static void test_mismatch(struct launch_rank *lr)
         want_error(lr, collGroupEnd(), collInvalidUsage, "self size mismatch", "40 bytes");
         return;
     }
-    /* Every rank finishes the earlier tests first: once rank 1 poisons the comm,
-     * its failure notice fails any call still in progress on any rank. */
+    /* Every rank finishes the earlier tests first.  Once rank 1 poisons the comm,
+     * its failure notice fails any call still in progress on any rank, so this
+     * barrier may itself fail on a rank that is slower to finish it than ranks 0
+     * and 1: then that failure is the error this test wants. */
     int32_t b = 0;
-    MUST(lr, collAllReduce(&b, &b, 1, collInt32, collSum, lr->comm, NULL));
-    collResult_t first = collSuccess;
-    if (r == 0) {
+    collResult_t barrier = collAllReduce(&b, &b, 1, collInt32, collSum, lr->comm, NULL);
+    collResult_t first = barrier;
+    if (barrier != collSuccess) {
+        LR_CHECK(lr, r > 1 && barrier == collRemoteError,
+                 "barrier before the mismatch failed on rank %d: %s", r,
+                 collGetErrorString(barrier));
+    } else if (r == 0) {
         float *s = calloc(1000, sizeof(float));
         first = collSend(s, 1000, collFloat, 1, lr->comm, NULL);
         free(s);
