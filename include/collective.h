@@ -110,6 +110,91 @@ COLL_API collResult_t collCommInitRank(collComm_t *comm, int nranks, collUniqueI
                                        int rank);
 
 /*
+ * Communicator configuration, as NCCL's: declare it with COLL_CONFIG_INITIALIZER,
+ * then set the fields you want.  A field left at its initializer value takes the
+ * default (given below, or the environment's).
+ *   blocking    1 (default): calls return when done.  0: collCommInitRankConfig,
+ *               collCommSplit, collCommShrink and every call on the communicator
+ *               with a NULL stream may return collInProgress; the call then goes
+ *               on in the background and collCommGetAsyncError returns
+ *               collInProgress until it (and every call before it) is done, then
+ *               its result.  Inputs are still checked at once.
+ *   timeoutMs   how long one operation may wait before it fails with collTimeout
+ *               (default COLL_TIMEOUT_MS, itself 300000).
+ *   commName    a name for log and error messages (copied; default none).
+ */
+typedef struct {
+    size_t size;          /* sizeof(collConfig_t), set by the initializer */
+    unsigned int magic;   /* COLL_CONFIG_MAGIC */
+    unsigned int version; /* COLL_VERSION_CODE of the header */
+    int blocking;
+    int timeoutMs;
+    const char *commName;
+} collConfig_t;
+
+#define COLL_CONFIG_MAGIC 0xcafebeefu
+#define COLL_CONFIG_UNDEF_INT (-2147483647 - 1)
+#define COLL_CONFIG_UNDEF_PTR NULL
+#define COLL_CONFIG_INITIALIZER                                                          \
+    {                                                                                    \
+        sizeof(collConfig_t), COLL_CONFIG_MAGIC, COLL_VERSION_CODE,                      \
+            COLL_CONFIG_UNDEF_INT, COLL_CONFIG_UNDEF_INT, COLL_CONFIG_UNDEF_PTR          \
+    }
+
+/*
+ * collCommInitRankConfig: collCommInitRank with a configuration (NULL: the
+ * defaults).  With config->blocking == 0 it returns collInProgress at once with
+ * *comm set: poll collCommGetAsyncError(*comm) until it is no longer
+ * collInProgress.  collCommAbort(*comm) may be called meanwhile from any thread.
+ * Returns collInvalidArgument naming a malformed config field.
+ */
+COLL_API collResult_t collCommInitRankConfig(collComm_t *comm, int nranks, collUniqueId commId,
+                                             int rank, collConfig_t *config);
+
+/*
+ * collCommSplit: like MPI_Comm_split.  Every rank of comm calls it; the ranks
+ * that pass the same color form a new communicator, ordered by key, then by their
+ * rank in comm.  color COLL_SPLIT_NOCOLOR joins none: *newcomm is set to NULL.
+ * config NULL: the new communicator inherits comm's configuration.  comm itself
+ * is unchanged.  Collective over comm: no other call on comm may be in progress.
+ */
+#define COLL_SPLIT_NOCOLOR (-1)
+COLL_API collResult_t collCommSplit(collComm_t comm, int color, int key, collComm_t *newcomm,
+                                    collConfig_t *config);
+
+/*
+ * collCommShrink: a new communicator of the ranks of comm that are not in
+ * excludeRanksList (ranks of comm, each at most once), renumbered in their order
+ * in comm.  Only those ranks call it, with the same list; the excluded ranks may
+ * be dead, stopped or unreachable.  It does not use comm's connections, so comm
+ * may be poisoned.  shrinkFlags:
+ *   COLL_SHRINK_DEFAULT  comm must be healthy and idle.
+ *   COLL_SHRINK_ABORT    comm may have failed: calls still queued on it are
+ *                        failed first.
+ *   COLL_SHRINK_DETECT   (libcollective) also excludes the ranks that do not
+ *                        answer: each survivor probes the others' bootstrap
+ *                        listeners, and the lowest live rank decides the members.
+ *                        Use it when the survivors do not know who failed.
+ *                        collCommCount on the new communicator tells how many
+ *                        remain.  A stopped rank is excluded after timeoutMs.
+ * comm must still be destroyed or aborted afterwards.
+ */
+#define COLL_SHRINK_DEFAULT 0x00
+#define COLL_SHRINK_ABORT 0x01
+#define COLL_SHRINK_DETECT 0x10
+COLL_API collResult_t collCommShrink(collComm_t comm, int *excludeRanksList,
+                                     int excludeRanksCount, collComm_t *newcomm,
+                                     collConfig_t *config, int shrinkFlags);
+
+/*
+ * collCommFinalize: waits for every call issued on comm (streams included) to
+ * finish and reports the first failure among them; afterwards only
+ * collCommDestroy, collCommAbort and the queries are allowed.  On a non-blocking
+ * communicator it may return collInProgress (poll collCommGetAsyncError).
+ */
+COLL_API collResult_t collCommFinalize(collComm_t comm);
+
+/*
  * collCommInitFromEnv: like collCommInitRank, with rank, size and root taken from
  * the environment a launcher sets, first match wins:
  *   COLL_RANK / COLL_NRANKS / COLL_COMM_ID (host:port)         collrun
