@@ -65,10 +65,7 @@ static collResult_t call_check_args(struct coll_comm *comm, const struct call_ch
     COLL_CHECK(coll_stream_check(comm, c->fn, c->stream));
     if (coll_group_active())
         COLL_CHECK(coll_group_stream(comm, c->fn, c->stream));
-    collResult_t poisoned = (collResult_t)atomic_load(&comm->async_error);
-    if (poisoned != collSuccess)
-        return poisoned; /* the cause is already in last_error */
-    return collSuccess;
+    return coll_comm_check_usable(comm, c->fn);
 }
 
 /* A call refused inside a group also fails the group, so collGroupEnd reports
@@ -115,6 +112,9 @@ static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const str
 {
     if (coll_group_active())
         return coll_group_queue_coll(comm, f, a, call_exec);
+    bool nonblocking = stream == NULL && !comm->blocking;
+    if (nonblocking)
+        stream = comm->nb_stream;
     if (stream == NULL) {
         atomic_fetch_add(&comm->busy, 1);
         coll_stream_quiesce(comm);
@@ -131,7 +131,8 @@ static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const str
         return collSystemError;
     }
     w.colls[0] = (struct coll_work_coll){comm, f, *a, call_exec};
-    return coll_stream_submit(comm, stream, &w);
+    collResult_t res = coll_stream_submit(comm, stream, &w);
+    return res == collSuccess && nonblocking ? collInProgress : res;
 }
 
 COLL_API collResult_t collAllReduce(const void *sendbuff, void *recvbuff, size_t count,

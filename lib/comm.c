@@ -20,9 +20,11 @@ static _Thread_local char tls_last_error[COLL_ERRMSG_BYTES];
 void coll_set_error(struct coll_comm *comm, const char *fmt, ...)
 {
     char *dst = comm ? comm->last_error : tls_last_error;
+    int o = comm && comm->name[0] ? snprintf(dst, COLL_ERRMSG_BYTES, "comm \"%s\": ", comm->name)
+                                  : 0;
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(dst, COLL_ERRMSG_BYTES, fmt, ap);
+    vsnprintf(dst + o, COLL_ERRMSG_BYTES - (size_t)o, fmt, ap);
     va_end(ap);
     COLL_WARN("%s", dst);
 }
@@ -144,11 +146,26 @@ static void comm_tune(struct coll_comm *comm)
               comm->oversubscribed ? " oversubscribed" : "");
 }
 
+/* Waits for a non-blocking init's thread, once. */
+static void comm_init_join(struct coll_comm *comm)
+{
+    pthread_mutex_lock(&comm->init_lock);
+    if (comm->init_thread_live) {
+        pthread_join(comm->init_thread, NULL);
+        comm->init_thread_live = false;
+    }
+    pthread_mutex_unlock(&comm->init_lock);
+}
+
 static void comm_free(struct coll_comm *comm)
 {
     if (comm == NULL)
         return;
+    comm_init_join(comm);
     coll_stream_comm_fini(comm);
+    if (comm->nb_stream != NULL)
+        (void)collStreamDestroy(comm->nb_stream);
+    pthread_mutex_destroy(&comm->init_lock);
     if (comm->peers)
         coll_transport_fini(comm);
     coll_bootstrap_fini(comm);
@@ -158,11 +175,69 @@ static void comm_free(struct coll_comm *comm)
     free(comm);
 }
 
-/* Creates a communicator; on failure the cause is in the thread's last error. */
-collResult_t coll_comm_create(collComm_t *comm_p, int nranks, const struct coll_id *id, int rank)
+collResult_t coll_config_check(const char *fn, const collConfig_t *config)
+{
+    if (config == NULL)
+        return collSuccess;
+    if (config->magic != COLL_CONFIG_MAGIC || config->size < sizeof(collConfig_t)) {
+        coll_set_error(NULL, "%s: config was not set up with COLL_CONFIG_INITIALIZER (magic "
+                       "0x%x, size %zu)", fn, config->magic, config->size);
+        return collInvalidArgument;
+    }
+    if (config->blocking != COLL_CONFIG_UNDEF_INT && config->blocking != 0 &&
+        config->blocking != 1) {
+        coll_set_error(NULL, "%s: config->blocking %d is neither 0 nor 1", fn, config->blocking);
+        return collInvalidArgument;
+    }
+    if (config->timeoutMs != COLL_CONFIG_UNDEF_INT && config->timeoutMs <= 0) {
+        coll_set_error(NULL, "%s: config->timeoutMs %d is not positive", fn, config->timeoutMs);
+        return collInvalidArgument;
+    }
+    if (config->commName != NULL && strlen(config->commName) >= sizeof(((struct coll_comm *)0)->name)) {
+        coll_set_error(NULL, "%s: config->commName is longer than %zu characters", fn,
+                       sizeof(((struct coll_comm *)0)->name) - 1);
+        return collInvalidArgument;
+    }
+    return collSuccess;
+}
+
+void coll_config_inherit(const struct coll_comm *comm, const collConfig_t *config,
+                         collConfig_t *out)
+{
+    *out = (collConfig_t)COLL_CONFIG_INITIALIZER;
+    out->blocking = comm->blocking ? 1 : 0;
+    out->timeoutMs = comm->timeout_ms > INT32_MAX ? INT32_MAX : (int)comm->timeout_ms;
+    out->commName = comm->name[0] ? comm->name : NULL;
+    if (config == NULL)
+        return;
+    if (config->blocking != COLL_CONFIG_UNDEF_INT)
+        out->blocking = config->blocking;
+    if (config->timeoutMs != COLL_CONFIG_UNDEF_INT)
+        out->timeoutMs = config->timeoutMs;
+    if (config->commName != NULL)
+        out->commName = config->commName;
+}
+
+collResult_t coll_comm_check_usable(struct coll_comm *comm, const char *fn)
+{
+    if (atomic_load(&comm->init_running)) {
+        coll_set_error(comm, "%s: the communicator's non-blocking init is still in progress "
+                       "(wait until collCommGetAsyncError returns collSuccess)", fn);
+        return collInvalidUsage;
+    }
+    if (atomic_load(&comm->finalized)) {
+        coll_set_error(comm, "%s: the communicator was finalized (collCommFinalize): only "
+                       "collCommDestroy or collCommAbort may follow", fn);
+        return collInvalidUsage;
+    }
+    return (collResult_t)atomic_load(&comm->async_error); /* the cause is in last_error */
+}
+
+/* A communicator with its configuration and nothing connected yet. */
+static collResult_t comm_alloc(struct coll_comm **comm_p, int nranks, int rank,
+                               const collConfig_t *config)
 {
     struct coll_comm *comm;
-    collResult_t res;
     COLL_CHECK(coll_calloc(&comm, 1));
     comm->rank = rank;
     comm->nranks = nranks;
@@ -170,24 +245,46 @@ collResult_t coll_comm_create(collComm_t *comm_p, int nranks, const struct coll_
     comm->timeout_ms = coll_param_int(COLL_PARAM_TIMEOUT_MS);
     if (comm->timeout_ms <= 0)
         comm->timeout_ms = 300000;
+    comm->blocking = true;
+    if (config != NULL && config->timeoutMs != COLL_CONFIG_UNDEF_INT)
+        comm->timeout_ms = config->timeoutMs;
+    if (config != NULL && config->blocking != COLL_CONFIG_UNDEF_INT)
+        comm->blocking = config->blocking != 0;
+    if (config != NULL && config->commName != NULL)
+        snprintf(comm->name, sizeof(comm->name), "%s", config->commName);
+    pthread_mutex_init(&comm->init_lock, NULL);
+    atomic_init(&comm->init_running, false);
+    atomic_init(&comm->finalized, false);
     atomic_init(&comm->async_error, collSuccess);
     atomic_init(&comm->aborting, false);
     atomic_init(&comm->busy, 0);
     atomic_init(&comm->async_pending, 0);
+    *comm_p = comm;
+    return collSuccess;
+}
+
+/* Connects comm to its peers.  On failure the cause is in comm->last_error and
+ * the comm is left for comm_free.  collCommAbort from another thread (setting
+ * comm->aborting) ends every wait here within one poll slice. */
+static collResult_t comm_setup(struct coll_comm *comm, const struct coll_id *id)
+{
+    int rank = comm->rank, nranks = comm->nranks;
+    coll_socket_set_cancel(&comm->aborting);
     coll_exec_begin(comm, "init");
     coll_log_set_rank(rank);
-    COLL_CHECK_GOTO(coll_calloc(&comm->peers, (size_t)nranks), res, fail);
+    collResult_t res;
+    COLL_CHECK_GOTO(coll_calloc(&comm->peers, (size_t)nranks), res, out);
     for (int k = 0; k < nranks; k++)
         comm->peers[k].tp_index = -1;
-    COLL_CHECK_GOTO(coll_algo_check_env(comm), res, fail);
+    COLL_CHECK_GOTO(coll_algo_check_env(comm), res, out);
 
     struct coll_rank_info mine = {.rank = rank, .pid = (int32_t)getpid()};
     mine.host_hash = host_hash(mine.host, sizeof(mine.host));
-    COLL_CHECK_GOTO(coll_bootstrap_prepare(comm, id, &mine), res, fail);
+    COLL_CHECK_GOTO(coll_bootstrap_prepare(comm, id, &mine), res, out);
     comm->peers[rank].info = mine;
-    COLL_CHECK_GOTO(coll_transport_init(comm), res, fail);
+    COLL_CHECK_GOTO(coll_transport_init(comm), res, out);
     mine = comm->peers[rank].info; /* now with the transports' handles */
-    COLL_CHECK_GOTO(coll_bootstrap_init(comm, id, &mine), res, fail);
+    COLL_CHECK_GOTO(coll_bootstrap_init(comm, id, &mine), res, out);
     comm_tune(comm);
 
     /* Ring neighbours connect now, so set-up errors surface at init and the
@@ -196,50 +293,124 @@ collResult_t coll_comm_create(collComm_t *comm_p, int nranks, const struct coll_
         int prev, next;
         struct coll_conn *c;
         coll_ring_neighbors(rank, nranks, &prev, &next);
-        COLL_CHECK_GOTO(coll_transport_get_conn(comm, next, true, &c), res, fail);
-        COLL_CHECK_GOTO(coll_transport_get_conn(comm, prev, false, &c), res, fail);
+        COLL_CHECK_GOTO(coll_transport_get_conn(comm, next, true, &c), res, out);
+        COLL_CHECK_GOTO(coll_transport_get_conn(comm, prev, false, &c), res, out);
     }
-    COLL_CHECK_GOTO(coll_plan_init(comm), res, fail);
-    COLL_CHECK_GOTO(coll_mem_comm_init(comm), res, fail);
+    COLL_CHECK_GOTO(coll_plan_init(comm), res, out);
+    COLL_CHECK_GOTO(coll_mem_comm_init(comm), res, out);
+    if (!comm->blocking && collStreamCreate(&comm->nb_stream) != collSuccess) {
+        coll_set_error(comm, "init: out of memory for the non-blocking communicator's queue");
+        res = collSystemError;
+        goto out;
+    }
     comm->boot_watch = true;
-    COLL_INFO(COLL_SUBSYS_INIT, "rank %d of %d ready on %s pid %d", rank, nranks,
-              comm->peers[rank].info.host, (int)getpid());
+    COLL_INFO(COLL_SUBSYS_INIT, "rank %d of %d ready on %s pid %d%s%s", rank, nranks,
+              comm->peers[rank].info.host, (int)getpid(), comm->name[0] ? " comm " : "",
+              comm->name);
+    res = collSuccess;
+out:
+    if (res != collSuccess && atomic_load(&comm->aborting))
+        coll_set_error(comm, "init of rank %d of %d: aborted (collCommAbort)", rank, nranks);
+    else if (res != collSuccess && comm->last_error[0] == '\0')
+        coll_set_error(comm, "collCommInitRank: rank %d of %d failed: %s (see COLL_DEBUG=WARN "
+                       "output)", rank, nranks, collGetErrorString(res));
+    coll_socket_set_cancel(NULL);
+    return res;
+}
+
+struct init_job {
+    struct coll_comm *comm;
+    struct coll_id id;
+};
+
+static void *init_main(void *arg)
+{
+    struct init_job *job = arg;
+    struct coll_comm *comm = job->comm;
+    collResult_t res = comm_setup(comm, &job->id);
+    free(job);
+    if (res != collSuccess)
+        atomic_store(&comm->async_error, (int)res);
+    atomic_store(&comm->init_running, false);
+    return NULL;
+}
+
+collResult_t coll_comm_create(collComm_t *comm_p, int nranks, const struct coll_id *id, int rank,
+                              const collConfig_t *config)
+{
+    struct coll_comm *comm;
+    COLL_CHECK(comm_alloc(&comm, nranks, rank, config));
+    if (!comm->blocking) {
+        struct init_job *job;
+        if (coll_calloc(&job, 1) != collSuccess) {
+            comm_free(comm);
+            return collSystemError;
+        }
+        job->comm = comm;
+        job->id = *id;
+        atomic_store(&comm->init_running, true);
+        int err = pthread_create(&comm->init_thread, NULL, init_main, job);
+        if (err != 0) {
+            free(job);
+            comm_free(comm);
+            coll_set_error(NULL, "collCommInitRankConfig: cannot start the init thread: %s",
+                           strerror(err));
+            return collSystemError;
+        }
+        comm->init_thread_live = true;
+        *comm_p = comm;
+        return collInProgress;
+    }
+    collResult_t res = comm_setup(comm, id);
+    if (res != collSuccess) {
+        snprintf(tls_last_error, sizeof(tls_last_error), "%s", comm->last_error);
+        comm_free(comm);
+        return res;
+    }
     *comm_p = comm;
     return collSuccess;
-fail:
-    if (comm->last_error[0])
-        snprintf(tls_last_error, sizeof(tls_last_error), "%s", comm->last_error);
-    else
-        snprintf(tls_last_error, sizeof(tls_last_error),
-                 "collCommInitRank: rank %d of %d failed: %s (see COLL_DEBUG=WARN output)",
-                 rank, nranks, collGetErrorString(res));
-    comm_free(comm);
-    return res;
+}
+
+/* The checks collCommInitRank and collCommInitRankConfig share. */
+static collResult_t init_args(const char *fn, collComm_t *comm, int nranks,
+                              const collUniqueId *commId, int rank, struct coll_id *id)
+{
+    if (comm == NULL) {
+        coll_set_error(NULL, "%s: comm is NULL", fn);
+        return collInvalidArgument;
+    }
+    if (nranks < 1) {
+        coll_set_error(NULL, "%s: nranks %d is not positive", fn, nranks);
+        return collInvalidArgument;
+    }
+    if (rank < 0 || rank >= nranks) {
+        coll_set_error(NULL, "%s: rank %d is outside [0, %d)", fn, rank, nranks);
+        return collInvalidArgument;
+    }
+    memcpy(id, commId->internal, sizeof(*id));
+    if (id->magic != COLL_ID_MAGIC || id->format != COLL_ID_FORMAT ||
+        id->addrlen > sizeof(id->addr) || id->addrlen == 0) {
+        coll_set_error(NULL, "%s: commId was not made by collGetUniqueId (or is of another "
+                       "version)", fn);
+        return collInvalidArgument;
+    }
+    return collSuccess;
 }
 
 COLL_API collResult_t collCommInitRank(collComm_t *comm, int nranks, collUniqueId commId, int rank)
 {
-    if (comm == NULL) {
-        coll_set_error(NULL, "collCommInitRank: comm is NULL");
-        return collInvalidArgument;
-    }
-    if (nranks < 1) {
-        coll_set_error(NULL, "collCommInitRank: nranks %d is not positive", nranks);
-        return collInvalidArgument;
-    }
-    if (rank < 0 || rank >= nranks) {
-        coll_set_error(NULL, "collCommInitRank: rank %d is outside [0, %d)", rank, nranks);
-        return collInvalidArgument;
-    }
     struct coll_id id;
-    memcpy(&id, commId.internal, sizeof(id));
-    if (id.magic != COLL_ID_MAGIC || id.format != COLL_ID_FORMAT ||
-        id.addrlen > sizeof(id.addr) || id.addrlen == 0) {
-        coll_set_error(NULL, "collCommInitRank: commId was not made by collGetUniqueId "
-                       "(or is of another version)");
-        return collInvalidArgument;
-    }
-    return coll_comm_create(comm, nranks, &id, rank);
+    COLL_CHECK(init_args("collCommInitRank", comm, nranks, &commId, rank, &id));
+    return coll_comm_create(comm, nranks, &id, rank, NULL);
+}
+
+COLL_API collResult_t collCommInitRankConfig(collComm_t *comm, int nranks, collUniqueId commId,
+                                             int rank, collConfig_t *config)
+{
+    struct coll_id id;
+    COLL_CHECK(init_args("collCommInitRankConfig", comm, nranks, &commId, rank, &id));
+    COLL_CHECK(coll_config_check("collCommInitRankConfig", config));
+    return coll_comm_create(comm, nranks, &id, rank, config);
 }
 
 COLL_API collResult_t collCommDestroy(collComm_t comm)
@@ -255,6 +426,8 @@ COLL_API collResult_t collCommAbort(collComm_t comm)
     if (comm == NULL)
         return collSuccess;
     atomic_store(&comm->aborting, true);
+    /* A non-blocking init in progress sees the flag within one poll slice. */
+    comm_init_join(comm);
     coll_comm_poison(comm, collRemoteError);
     coll_transport_shutdown_all(comm);
     /* Work queued on streams now fails at once; the progress thread ends. */
@@ -280,8 +453,34 @@ COLL_API collResult_t collCommGetAsyncError(collComm_t comm, collResult_t *async
         coll_set_error(comm, "collCommGetAsyncError: %s is NULL", comm ? "asyncError" : "comm");
         return collInvalidArgument;
     }
-    *asyncError = (collResult_t)atomic_load(&comm->async_error);
+    if (atomic_load(&comm->init_running)) {
+        *asyncError = collInProgress;
+        return collSuccess;
+    }
+    collResult_t res = (collResult_t)atomic_load(&comm->async_error);
+    /* A non-blocking comm's calls: in progress until its queue is done, then the
+     * first failure among them (kept, as the poison is). */
+    if (res == collSuccess && comm->nb_stream != NULL)
+        res = collStreamQuery(comm->nb_stream);
+    *asyncError = res;
     return collSuccess;
+}
+
+COLL_API collResult_t collCommFinalize(collComm_t comm)
+{
+    if (comm == NULL) {
+        coll_set_error(NULL, "collCommFinalize: comm is NULL");
+        return collInvalidArgument;
+    }
+    atomic_fetch_add(&comm->busy, 1);
+    comm_init_join(comm);
+    coll_stream_quiesce(comm);
+    collResult_t res = (collResult_t)atomic_load(&comm->async_error);
+    if (res == collSuccess && comm->nb_stream != NULL)
+        res = collStreamQuery(comm->nb_stream);
+    atomic_store(&comm->finalized, true);
+    atomic_fetch_sub(&comm->busy, 1);
+    return res;
 }
 
 COLL_API collResult_t collCommCount(const collComm_t comm, int *count)

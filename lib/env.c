@@ -100,5 +100,5 @@ COLL_API collResult_t collCommInitFromEnv(collComm_t *comm)
     }
     COLL_INFO(COLL_SUBSYS_ENV, "rank %d of %d from %s variables, root %s", rank, nranks,
               src->launcher, root);
-    return coll_comm_create(comm, nranks, &id, rank);
+    return coll_comm_create(comm, nranks, &id, rank, NULL);
 }

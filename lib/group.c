@@ -162,8 +162,14 @@ collResult_t coll_work_issue(struct coll_work *w, collStream_t stream)
     if (w->nops == 0 && w->ncolls == 0)
         return collSuccess;
     collResult_t res;
+    /* A non-blocking communicator's calls without a stream queue on its own. */
+    struct coll_comm *single = work_single_comm(w);
+    if (stream == NULL && single != NULL && !single->blocking) {
+        res = coll_stream_submit(single, single->nb_stream, w);
+        return res == collSuccess ? collInProgress : res;
+    }
     if (stream != NULL) {
-        struct coll_comm *comm = work_single_comm(w);
+        struct coll_comm *comm = single;
         if (comm == NULL) {
             coll_set_error(w->nops > 0 ? w->ops[0].comm : w->colls[0].comm,
                            "%s: a group on a stream must hold the calls of one communicator",

@@ -111,6 +111,17 @@ struct coll_comm {
     struct coll_async *async;      /* progress thread for calls on streams (stream.c) */
     atomic_int async_pending;      /* calls queued there and not yet done */
 
+    /* Configuration (collConfig_t) and lifecycle. */
+    bool blocking;                 /* false: NULL-stream calls queue on nb_stream */
+    char name[64];                 /* commName, "" when none */
+    collStream_t nb_stream;        /* a non-blocking comm's own stream */
+    pthread_t init_thread;         /* a non-blocking init, until joined */
+    bool init_thread_live;
+    pthread_mutex_t init_lock;     /* joins the init thread once */
+    atomic_bool init_running;      /* a non-blocking init has not finished */
+    atomic_bool finalized;         /* collCommFinalize returned: no new calls */
+    uint32_t shrinks;              /* collCommShrink calls on this comm, to tell them apart */
+
     _Atomic int async_error;       /* collResult_t that poisoned the comm */
     atomic_bool aborting;
     atomic_int busy;               /* threads inside a call on this comm */
@@ -128,10 +139,24 @@ const char *coll_result_name(collResult_t result);
 /* Monotonic clock in ns. */
 int64_t coll_now_ns(void);
 
-/* Creates this rank's communicator from an id; the cause of a failure goes to
- * the calling thread's last error. */
+/* Creates this rank's communicator from an id, configured by config (NULL: the
+ * defaults; checked by the caller with coll_config_check).  The cause of a
+ * failure goes to the calling thread's last error.  A non-blocking config
+ * returns collInProgress with *comm_p set while init goes on in a thread. */
 collResult_t coll_comm_create(struct coll_comm **comm_p, int nranks, const struct coll_id *id,
-                              int rank);
+                              int rank, const collConfig_t *config);
+
+/* Checks a user's config (NULL is fine); the refusal names fn and the field. */
+collResult_t coll_config_check(const char *fn, const collConfig_t *config);
+
+/* The config a communicator made from comm inherits: comm's, overridden by the
+ * fields config sets. */
+void coll_config_inherit(const struct coll_comm *comm, const collConfig_t *config,
+                         collConfig_t *out);
+
+/* Refuses a call on comm (naming fn) while its non-blocking init runs or after
+ * collCommFinalize; then returns comm's poison, if any. */
+collResult_t coll_comm_check_usable(struct coll_comm *comm, const char *fn);
 
 /* The algorithm that ran the last collective or point-to-point call on comm
  * ("ring", "tree", "naive", "p2p"), or "none"; for the perf tools. */

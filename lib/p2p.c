@@ -460,7 +460,7 @@ static collResult_t p2p_check(struct coll_comm *comm, const char *fn, const char
     COLL_CHECK(coll_stream_check(comm, fn, stream));
     if (coll_group_active())
         COLL_CHECK(coll_group_stream(comm, fn, stream));
-    return (collResult_t)atomic_load(&comm->async_error); /* the cause is in last_error */
+    return coll_comm_check_usable(comm, fn);
 }
 
 /* A send or receive: queued in the open group, else run as a group of one. */
@@ -480,7 +480,7 @@ static collResult_t p2p_call(bool is_send, void *buf, size_t count, collDataType
                              .bytes = count * coll_dtype_size(datatype)};
     if (coll_group_active())
         return coll_group_queue_p2p(&op);
-    if (stream == NULL) {
+    if (stream == NULL && comm->blocking) {
         atomic_fetch_add(&comm->busy, 1);
         coll_stream_quiesce(comm);
         res = coll_p2p_run(&op, 1, fn);

@@ -267,6 +267,21 @@ collResult_t coll_socket_listen(union coll_sockaddr *ss, socklen_t *len_p, int *
     return collSuccess;
 }
 
+static _Thread_local const atomic_bool *tls_cancel;
+
+void coll_socket_set_cancel(const atomic_bool *flag)
+{
+    tls_cancel = flag;
+}
+
+static bool sock_cancelled(void)
+{
+    if (tls_cancel == NULL || !atomic_load(tls_cancel))
+        return false;
+    errno = ECANCELED;
+    return true;
+}
+
 static int sock_poll_ms(int64_t deadline_ns)
 {
     int64_t left = deadline_ns - coll_now_ns();
@@ -290,6 +305,10 @@ collResult_t coll_socket_connect(const struct sockaddr *sa, socklen_t len, int64
         int rc = connect(fd, sa, len);
         if (rc != 0 && errno == EINPROGRESS) {
             while (coll_now_ns() < deadline_ns) {
+                if (sock_cancelled()) {
+                    close(fd);
+                    return collRemoteError;
+                }
                 struct pollfd p = {.fd = fd, .events = POLLOUT};
                 int pr = poll(&p, 1, sock_poll_ms(deadline_ns));
                 if (pr > 0)
@@ -319,6 +338,8 @@ collResult_t coll_socket_connect(const struct sockaddr *sa, socklen_t len, int64
                      last_err == EINTR;
         if (!retry || coll_now_ns() >= deadline_ns)
             break;
+        if (sock_cancelled())
+            return collRemoteError;
         struct timespec ts = {0, 20 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
@@ -378,6 +399,10 @@ collResult_t coll_socket_send_all(int fd, const void *buf, size_t n, int64_t dea
         }
         if (coll_now_ns() >= deadline_ns)
             return collTimeout;
+        if (sock_cancelled()) {
+            *err_p = ECANCELED;
+            return collRemoteError;
+        }
         struct pollfd pf = {.fd = fd, .events = POLLOUT};
         (void)poll(&pf, 1, sock_poll_ms(deadline_ns));
     }
@@ -403,6 +428,10 @@ collResult_t coll_socket_recv_all(int fd, void *buf, size_t n, int64_t deadline_
         }
         if (coll_now_ns() >= deadline_ns)
             return collTimeout;
+        if (sock_cancelled()) {
+            *err_p = ECANCELED;
+            return collRemoteError;
+        }
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         (void)poll(&pf, 1, sock_poll_ms(deadline_ns));
     }
@@ -424,6 +453,8 @@ collResult_t coll_socket_accept(int lfd, int64_t deadline_ns, int *fd_p)
         }
         if (coll_now_ns() >= deadline_ns)
             return collTimeout;
+        if (sock_cancelled())
+            return collRemoteError;
         struct pollfd pf = {.fd = lfd, .events = POLLIN};
         (void)poll(&pf, 1, sock_poll_ms(deadline_ns));
     }

@@ -2,6 +2,7 @@
 #ifndef COLL_SOCKET_H
 #define COLL_SOCKET_H
 
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -71,6 +72,11 @@ collResult_t coll_socket_send_all(int fd, const void *buf, size_t n, int64_t dea
 collResult_t coll_socket_recv_all(int fd, void *buf, size_t n, int64_t deadline_ns, int *err_p);
 /* Accepts one connection (non-blocking fd) before deadline_ns. */
 collResult_t coll_socket_accept(int lfd, int64_t deadline_ns, int *fd_p);
+/* From now on the calling thread's waits above (connect, send_all, recv_all,
+ * accept) also end, with collRemoteError and errno ECANCELED, once *flag is true
+ * (a communicator's abort flag); NULL: no flag.  Waits poll in slices of at
+ * most 100 ms, so an abort is seen within one slice. */
+void coll_socket_set_cancel(const atomic_bool *flag);
 void coll_socket_set_nodelay(int fd);
 void coll_socket_set_nonblock(int fd);
 bool coll_socket_is_loopback(const struct sockaddr *sa);

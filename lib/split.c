@@ -1,0 +1,528 @@
+/* New communicators from an existing one: collCommSplit and collCommShrink.
+ *
+ * Split is collective over a healthy communicator: two allgathers on it (every
+ * rank's color and key, then the unique id each group's new rank 0 made), then
+ * each group initializes its own communicator from that id.
+ *
+ * Shrink is called by the survivors only, so it cannot use the old
+ * communicator's collectives, and those may have failed anyway.  It uses the
+ * one thing every rank still has: its bootstrap listener, whose address every
+ * other rank learned at init.  After init nothing else accepts on it.
+ *
+ *   member s  --join(secret, epoch, s, exclusion hash)-->  coordinator c
+ *             <--ack-------------------------------------   (at once)
+ *             <--reply(status, new size, s's new rank, new id)--  once all joined
+ *
+ * The coordinator is the lowest surviving rank.  Without COLL_SHRINK_DETECT the
+ * survivors are exactly the ranks not excluded; every one must join, and their
+ * exclusion lists must agree.  With COLL_SHRINK_DETECT a rank that does not
+ * answer is excluded too: a member tries the ranks below it in order, and the
+ * first that acknowledges its join is the coordinator (every rank below that one
+ * refused the connection or was silent for the timeout); the coordinator counts
+ * as survivors the ranks that join before its deadline, skipping at once those
+ * whose listener refuses connections (the process is gone).  The epoch (shrinks
+ * of this communicator so far) keeps apart the joins of successive shrinks. */
+#include <errno.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "bootstrap.h"
+#include "internal.h"
+#include "socket.h"
+#include "stream.h"
+
+#define SHRINK_MAGIC 0x4b524853u /* "SHRK" */
+#define SHRINK_MSG_BYTES 160
+
+struct shrink_join {
+    uint32_t magic;
+    uint8_t secret[COLL_SECRET_BYTES];
+    uint32_t epoch;
+    int32_t rank;       /* in the old communicator */
+    uint32_t flags;
+    uint64_t excl_hash; /* of the exclusion list, to check agreement */
+};
+
+struct shrink_reply {
+    uint32_t magic;
+    uint8_t secret[COLL_SECRET_BYTES];
+    uint32_t epoch;
+    int32_t status;     /* collInProgress: joined, wait; else the result */
+    int32_t nranks;     /* of the new communicator */
+    int32_t rank;       /* the receiver's rank in it */
+    struct coll_id id;
+    char msg[SHRINK_MSG_BYTES];
+};
+
+/* ---------------------------------------------------------------- split --- */
+
+/* Allgathers size bytes per rank over comm's data path, blocking whatever
+ * comm's configuration (a stream of its own, synchronized). */
+static collResult_t split_allgather(struct coll_comm *comm, const void *mine, void *all,
+                                    size_t size)
+{
+    collStream_t st;
+    COLL_CHECK(collStreamCreate(&st));
+    collResult_t res = collAllGather(mine, all, size, collUint8, comm, st);
+    collResult_t sync = collStreamSynchronize(st);
+    (void)collStreamDestroy(st);
+    return res != collSuccess ? res : sync;
+}
+
+struct split_entry {
+    int32_t color;
+    int32_t key;
+};
+
+COLL_API collResult_t collCommSplit(collComm_t comm, int color, int key, collComm_t *newcomm,
+                                    collConfig_t *config)
+{
+    if (comm == NULL || newcomm == NULL) {
+        coll_set_error(comm, "collCommSplit: %s is NULL", comm ? "newcomm" : "comm");
+        return collInvalidArgument;
+    }
+    if (color < 0 && color != COLL_SPLIT_NOCOLOR) {
+        coll_set_error(comm, "collCommSplit: color %d is negative and not COLL_SPLIT_NOCOLOR",
+                       color);
+        return collInvalidArgument;
+    }
+    COLL_CHECK(coll_config_check("collCommSplit", config));
+    COLL_CHECK(coll_comm_check_usable(comm, "collCommSplit"));
+    int n = comm->nranks;
+    struct split_entry me = {color, key}, *all = NULL;
+    struct coll_id *ids = NULL;
+    collResult_t res;
+    if ((res = coll_calloc(&all, (size_t)n)) != collSuccess ||
+        (res = coll_calloc(&ids, (size_t)n)) != collSuccess)
+        goto out;
+    if ((res = split_allgather(comm, &me, all, sizeof(me))) != collSuccess)
+        goto out;
+    /* The group: ranks of this color ordered by (key, old rank). */
+    int newrank = 0, size = 0, leader = -1;
+    for (int r = 0; r < n && color != COLL_SPLIT_NOCOLOR; r++) {
+        if (all[r].color != color)
+            continue;
+        size++;
+        if (all[r].key < key || (all[r].key == key && r < comm->rank))
+            newrank++;
+        if (leader < 0 || all[r].key < all[leader].key)
+            leader = r; /* ties keep the lower old rank */
+    }
+    struct coll_id id = {0};
+    if (color != COLL_SPLIT_NOCOLOR && leader == comm->rank &&
+        coll_bootstrap_get_unique_id(&id) != collSuccess)
+        memset(&id, 0, sizeof(id)); /* the members see a bad id and fail */
+    if ((res = split_allgather(comm, &id, ids, sizeof(id))) != collSuccess)
+        goto out;
+    if (color == COLL_SPLIT_NOCOLOR) {
+        *newcomm = NULL;
+        goto out;
+    }
+    id = ids[leader];
+    if (id.magic != COLL_ID_MAGIC) {
+        coll_set_error(comm, "collCommSplit: rank %d, the new rank 0 of color %d, could not "
+                       "start the new communicator's root", leader, color);
+        res = collSystemError;
+        goto out;
+    }
+    collConfig_t cfg;
+    coll_config_inherit(comm, config, &cfg);
+    COLL_INFO(COLL_SUBSYS_INIT, "split: color %d key %d: rank %d of %d in the new communicator",
+              color, key, newrank, size);
+    res = coll_comm_create(newcomm, size, &id, newrank, &cfg);
+    if (res != collSuccess && res != collInProgress)
+        coll_set_error(comm, "collCommSplit: %s", collGetLastError(NULL));
+out:
+    free(all);
+    free(ids);
+    return res;
+}
+
+/* --------------------------------------------------------------- shrink --- */
+
+struct shrink {
+    struct coll_comm *comm;
+    int flags;
+    bool *excluded;       /* per old rank: in the list (or found dead) */
+    uint64_t excl_hash;
+    int64_t timeout_ns;
+};
+
+static uint64_t shrink_hash(const bool *excluded, int n)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (int r = 0; r < n; r++)
+        h = (h ^ (excluded[r] ? (uint64_t)r + 1 : 0)) * 1099511628211ULL;
+    return h;
+}
+
+static bool shrink_secret_ok(const struct coll_comm *comm, const uint8_t *s)
+{
+    uint8_t diff = 0;
+    for (int i = 0; i < COLL_SECRET_BYTES; i++)
+        diff |= (uint8_t)(s[i] ^ comm->secret[i]);
+    return diff == 0;
+}
+
+static void shrink_reply_init(const struct shrink *sh, struct shrink_reply *rep, int status)
+{
+    memset(rep, 0, sizeof(*rep));
+    rep->magic = SHRINK_MAGIC;
+    memcpy(rep->secret, sh->comm->secret, COLL_SECRET_BYTES);
+    rep->epoch = sh->comm->shrinks;
+    rep->status = status;
+}
+
+/* A reply on fd that is valid for this shrink, or an error (the connection went
+ * away, timed out, or showed no secret). */
+static collResult_t shrink_read_reply(const struct shrink *sh, int fd, int64_t deadline,
+                                      struct shrink_reply *rep)
+{
+    int err;
+    collResult_t res = coll_socket_recv_all(fd, rep, sizeof(*rep), deadline, &err);
+    if (res != collSuccess)
+        return res;
+    if (rep->magic != SHRINK_MAGIC || !shrink_secret_ok(sh->comm, rep->secret) ||
+        rep->epoch != sh->comm->shrinks)
+        return collRemoteError;
+    rep->msg[SHRINK_MSG_BYTES - 1] = '\0';
+    return collSuccess;
+}
+
+/* Connects to rank r's bootstrap listener; collRemoteError when it refuses (the
+ * process is gone). */
+static collResult_t shrink_connect(const struct shrink *sh, int r, int64_t deadline, int *fd_p)
+{
+    const struct coll_rank_info *pi = &sh->comm->peers[r].info;
+    return coll_socket_connect((const struct sockaddr *)&pi->boot_addr, pi->boot_addrlen,
+                               deadline, false, fd_p);
+}
+
+/* As a member: joins coordinator c.  *answered: c acknowledged (it is the
+ * coordinator); then the result is in *rep. */
+static collResult_t shrink_join(const struct shrink *sh, int c, struct shrink_reply *rep,
+                                bool *answered)
+{
+    struct coll_comm *comm = sh->comm;
+    *answered = false;
+    int fd, err;
+    int64_t deadline = coll_now_ns() + sh->timeout_ns;
+    collResult_t res = shrink_connect(sh, c, deadline, &fd);
+    if (res != collSuccess)
+        return res;
+    struct shrink_join j = {.magic = SHRINK_MAGIC, .epoch = comm->shrinks, .rank = comm->rank,
+                            .flags = (uint32_t)sh->flags, .excl_hash = sh->excl_hash};
+    memcpy(j.secret, comm->secret, COLL_SECRET_BYTES);
+    res = coll_socket_send_all(fd, &j, sizeof(j), deadline, &err);
+    if (res == collSuccess)
+        res = shrink_read_reply(sh, fd, deadline, rep);
+    if (res == collSuccess && rep->status == collInProgress) {
+        *answered = true;
+        /* The coordinator waits up to its timeout for the other members after
+         * its own probing, which takes as long as this rank's. */
+        res = shrink_read_reply(sh, fd, coll_now_ns() + 3 * sh->timeout_ns, rep);
+    }
+    close(fd);
+    return res;
+}
+
+struct shrink_client {
+    int fd;
+    size_t got;
+    int64_t since;
+    struct shrink_join j;
+};
+
+/* As the coordinator: collects the joins of the other survivors, then sends
+ * each its new rank and the new id.  want[r]: rank r is expected to join. */
+static collResult_t shrink_coordinate(struct shrink *sh, bool *want, struct coll_id *id,
+                                      int *nranks_p)
+{
+    struct coll_comm *comm = sh->comm;
+    int n = comm->nranks;
+    enum { MAX_CLIENTS = 64 };
+    struct shrink_client cl[MAX_CLIENTS];
+    int ncl = 0, missing = 0;
+    int *joined = NULL;
+    collResult_t res = coll_calloc(&joined, (size_t)n);
+    if (res != collSuccess)
+        return res;
+    for (int r = 0; r < n; r++) {
+        joined[r] = -1;
+        missing += want[r];
+    }
+    int64_t deadline = coll_now_ns() + sh->timeout_ns;
+    bool refused_logged = false;
+    while (missing > 0 && coll_now_ns() < deadline && !atomic_load(&comm->aborting)) {
+        struct pollfd p[MAX_CLIENTS + 1];
+        p[0] = (struct pollfd){.fd = comm->boot_listen_fd, .events = POLLIN};
+        for (int i = 0; i < ncl; i++)
+            p[i + 1] = (struct pollfd){.fd = cl[i].fd, .events = POLLIN};
+        (void)poll(p, (nfds_t)ncl + 1, 100);
+        int polled = ncl;
+        for (;;) {
+            int fd = accept4(comm->boot_listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+            if (fd < 0)
+                break;
+            if (ncl == MAX_CLIENTS) {
+                close(fd);
+                continue;
+            }
+            cl[ncl++] = (struct shrink_client){.fd = fd, .since = coll_now_ns()};
+        }
+        int64_t now = coll_now_ns();
+        for (int i = polled - 1; i >= 0; i--) {
+            struct shrink_client *c = &cl[i];
+            ssize_t got = 0;
+            if (p[i + 1].revents != 0)
+                got = recv(c->fd, (char *)&c->j + c->got, sizeof(c->j) - c->got, MSG_DONTWAIT);
+            if (got > 0)
+                c->got += (size_t)got;
+            bool drop = got == 0 && p[i + 1].revents != 0;
+            drop |= got < 0 && errno != EAGAIN && errno != EINTR;
+            drop |= c->got < sizeof(c->j) && now - c->since > 2000000000LL; /* stray, slow */
+            bool whole = !drop && c->got == sizeof(c->j);
+            bool valid = whole && c->j.magic == SHRINK_MAGIC &&
+                         shrink_secret_ok(comm, c->j.secret) && c->j.epoch == comm->shrinks &&
+                         c->j.rank >= 0 && c->j.rank < n && want[c->j.rank] &&
+                         joined[c->j.rank] < 0;
+            if (!drop && !whole)
+                continue;
+            int fd = c->fd;
+            struct shrink_join j = c->j;
+            cl[i] = cl[--ncl];
+            if (!valid) {
+                if (!refused_logged)
+                    COLL_WARN("shrink: refused a connection on the bootstrap listener: not a "
+                              "join of this shrink (logged once)");
+                refused_logged = true;
+                close(fd);
+                continue;
+            }
+            struct shrink_reply rep;
+            int err;
+            if (j.excl_hash != sh->excl_hash || j.flags != (uint32_t)sh->flags) {
+                shrink_reply_init(sh, &rep, collInvalidUsage);
+                snprintf(rep.msg, sizeof(rep.msg), "rank %d passed another excludeRanksList or "
+                         "shrinkFlags than rank %d", j.rank, comm->rank);
+                (void)coll_socket_send_all(fd, &rep, sizeof(rep), now + 1000000000LL, &err);
+                close(fd);
+                coll_set_error(comm, "collCommShrink: %s", rep.msg);
+                res = collInvalidUsage;
+                goto out;
+            }
+            shrink_reply_init(sh, &rep, collInProgress);
+            if (coll_socket_send_all(fd, &rep, sizeof(rep), now + 1000000000LL, &err) !=
+                collSuccess) {
+                close(fd);
+                continue;
+            }
+            joined[j.rank] = fd;
+            missing--;
+        }
+    }
+    if (atomic_load(&comm->aborting)) {
+        coll_set_error(comm, "collCommShrink: aborted");
+        res = collRemoteError;
+        goto out;
+    }
+    if (missing > 0 && !(sh->flags & COLL_SHRINK_DETECT)) {
+        char msg[COLL_ERRMSG_BYTES / 2];
+        int o = snprintf(msg, sizeof(msg), "ranks that did not join within %lld ms:",
+                         (long long)(sh->timeout_ns / 1000000));
+        for (int r = 0; r < n && o < (int)sizeof(msg) - 8; r++)
+            if (want[r] && joined[r] < 0)
+                o += snprintf(msg + o, sizeof(msg) - (size_t)o, " %d", r);
+        coll_set_error(comm, "collCommShrink: %s (exclude them, or pass COLL_SHRINK_DETECT)",
+                       msg);
+        res = collTimeout;
+        goto out;
+    }
+    /* Members: this rank and those that joined, in their old order. */
+    int size = 1;
+    for (int r = 0; r < n; r++) {
+        if (want[r] && joined[r] < 0) {
+            COLL_WARN("shrink: rank %d (%.64s) did not join within %lld ms: excluded", r,
+                      comm->peers[r].info.host, (long long)(sh->timeout_ns / 1000000));
+            want[r] = false;
+            sh->excluded[r] = true;
+        }
+        size += joined[r] >= 0;
+    }
+    res = coll_bootstrap_get_unique_id(id);
+    int newrank = 1; /* the coordinator is the lowest survivor: new rank 0 */
+    for (int r = 0; r < n; r++) {
+        if (joined[r] < 0)
+            continue;
+        struct shrink_reply rep;
+        shrink_reply_init(sh, &rep, res);
+        if (res == collSuccess) {
+            rep.nranks = size;
+            rep.rank = newrank++;
+            rep.id = *id;
+        } else {
+            snprintf(rep.msg, sizeof(rep.msg), "rank %d could not start the new root", comm->rank);
+        }
+        int err;
+        if (coll_socket_send_all(joined[r], &rep, sizeof(rep), coll_now_ns() + sh->timeout_ns,
+                                 &err) != collSuccess)
+            COLL_WARN("shrink: could not answer rank %d: %s", r, strerror(err));
+    }
+    if (res != collSuccess)
+        coll_set_error(comm, "collCommShrink: cannot start the new communicator's root");
+    *nranks_p = size;
+out:
+    for (int i = 0; i < ncl; i++)
+        close(cl[i].fd);
+    for (int r = 0; r < n; r++)
+        if (joined[r] >= 0)
+            close(joined[r]);
+    free(joined);
+    return res;
+}
+
+static collResult_t shrink_run(struct shrink *sh, collComm_t *newcomm, const collConfig_t *cfg)
+{
+    struct coll_comm *comm = sh->comm;
+    int n = comm->nranks, me = comm->rank;
+    bool detect = sh->flags & COLL_SHRINK_DETECT;
+    struct shrink_reply rep;
+    collResult_t res = collSuccess;
+    /* Find the coordinator: the lowest survivor. */
+    for (int r = 0; r < me; r++) {
+        if (sh->excluded[r])
+            continue;
+        bool answered;
+        res = shrink_join(sh, r, &rep, &answered);
+        if (answered || !detect) {
+            if (res == collSuccess && rep.status != collSuccess) {
+                coll_set_error(comm, "collCommShrink: refused by rank %d: %s", r, rep.msg);
+                return (collResult_t)rep.status;
+            }
+            if (res != collSuccess) {
+                coll_set_error(comm, "collCommShrink: rank %d (%.64s), the lowest survivor, %s",
+                               r, comm->peers[r].info.host,
+                               answered ? "did not send the new communicator"
+                                        : "did not answer (exclude it, or pass "
+                                          "COLL_SHRINK_DETECT)");
+                return res;
+            }
+            if (rep.nranks < 1 || rep.nranks > n || rep.rank < 1 || rep.rank >= rep.nranks ||
+                rep.id.magic != COLL_ID_MAGIC || rep.id.addrlen == 0 ||
+                rep.id.addrlen > sizeof(rep.id.addr)) {
+                coll_set_error(comm, "collCommShrink: rank %d sent a malformed answer", r);
+                return collRemoteError;
+            }
+            COLL_INFO(COLL_SUBSYS_INIT, "shrink: rank %d of %d in the new communicator "
+                      "(coordinator: old rank %d)", rep.rank, rep.nranks, r);
+            return coll_comm_create(newcomm, rep.nranks, &rep.id, rep.rank, cfg);
+        }
+        if (atomic_load(&comm->aborting))
+            return collRemoteError;
+        COLL_WARN("shrink: rank %d (%.64s) does not answer: excluded", r,
+                  comm->peers[r].info.host);
+        sh->excluded[r] = true;
+    }
+    /* This rank is the coordinator. */
+    bool *want;
+    COLL_CHECK(coll_calloc(&want, (size_t)n));
+    for (int r = me + 1; r < n; r++) {
+        want[r] = !sh->excluded[r];
+        if (!want[r] || !detect)
+            continue;
+        /* A rank whose listener refuses is gone: do not wait for it. */
+        int fd;
+        if (shrink_connect(sh, r, coll_now_ns() + 2000000000LL, &fd) == collSuccess) {
+            close(fd);
+        } else {
+            COLL_WARN("shrink: rank %d (%.64s) is gone: excluded", r, comm->peers[r].info.host);
+            want[r] = false;
+            sh->excluded[r] = true;
+        }
+    }
+    struct coll_id id;
+    int size = 0;
+    res = shrink_coordinate(sh, want, &id, &size);
+    free(want);
+    if (res != collSuccess)
+        return res;
+    COLL_INFO(COLL_SUBSYS_INIT, "shrink: rank 0 of %d in the new communicator", size);
+    return coll_comm_create(newcomm, size, &id, 0, cfg);
+}
+
+COLL_API collResult_t collCommShrink(collComm_t comm, int *excludeRanksList,
+                                     int excludeRanksCount, collComm_t *newcomm,
+                                     collConfig_t *config, int shrinkFlags)
+{
+    if (comm == NULL || newcomm == NULL) {
+        coll_set_error(comm, "collCommShrink: %s is NULL", comm ? "newcomm" : "comm");
+        return collInvalidArgument;
+    }
+    int n = comm->nranks;
+    if (excludeRanksCount < 0 || excludeRanksCount >= n) {
+        coll_set_error(comm, "collCommShrink: excludeRanksCount %d is outside [0, %d)",
+                       excludeRanksCount, n);
+        return collInvalidArgument;
+    }
+    if (excludeRanksCount > 0 && excludeRanksList == NULL) {
+        coll_set_error(comm, "collCommShrink: excludeRanksList is NULL with excludeRanksCount "
+                       "%d", excludeRanksCount);
+        return collInvalidArgument;
+    }
+    if (shrinkFlags & ~(COLL_SHRINK_ABORT | COLL_SHRINK_DETECT)) {
+        coll_set_error(comm, "collCommShrink: shrinkFlags 0x%x has unknown bits", shrinkFlags);
+        return collInvalidArgument;
+    }
+    COLL_CHECK(coll_config_check("collCommShrink", config));
+    if (atomic_load(&comm->init_running) || atomic_load(&comm->finalized))
+        return coll_comm_check_usable(comm, "collCommShrink");
+    struct shrink sh = {.comm = comm, .flags = shrinkFlags,
+                        .timeout_ns = comm->timeout_ms * 1000000LL};
+    COLL_CHECK(coll_calloc(&sh.excluded, (size_t)n));
+    collResult_t res = collSuccess;
+    for (int i = 0; i < excludeRanksCount; i++) {
+        int r = excludeRanksList[i];
+        if (r < 0 || r >= n || sh.excluded[r]) {
+            coll_set_error(comm, "collCommShrink: excludeRanksList[%d] = %d is %s", i, r,
+                           r < 0 || r >= n ? "not a rank of the communicator" : "repeated");
+            res = collInvalidArgument;
+            goto out;
+        }
+        sh.excluded[r] = true;
+    }
+    if (sh.excluded[comm->rank]) {
+        coll_set_error(comm, "collCommShrink: this rank (%d) is in excludeRanksList: only the "
+                       "ranks that remain call it", comm->rank);
+        res = collInvalidArgument;
+        goto out;
+    }
+    sh.excl_hash = shrink_hash(sh.excluded, n);
+    if (shrinkFlags & COLL_SHRINK_ABORT) {
+        /* Calls still queued on comm fail now instead of waiting for peers that
+         * may be gone; comm stays allocated until destroyed. */
+        if (atomic_load(&comm->async_error) == collSuccess)
+            coll_set_error(comm, "collCommShrink: the communicator was abandoned for a "
+                           "shrunk one");
+        coll_comm_poison(comm, collRemoteError);
+        coll_stream_comm_stop(comm);
+    } else {
+        COLL_CHECK_GOTO(coll_comm_check_usable(comm, "collCommShrink"), res, out);
+    }
+    collConfig_t cfg;
+    coll_config_inherit(comm, config, &cfg);
+    /* The waits here end on an abort of comm from another thread too. */
+    coll_socket_set_cancel(&comm->aborting);
+    atomic_fetch_add(&comm->busy, 1);
+    coll_stream_quiesce(comm);
+    res = shrink_run(&sh, newcomm, &cfg);
+    atomic_fetch_sub(&comm->busy, 1);
+    coll_socket_set_cancel(NULL);
+    comm->shrinks++;
+    if (res != collSuccess && res != collInProgress && comm->last_error[0] == '\0')
+        coll_set_error(comm, "collCommShrink: %s", collGetLastError(NULL));
+out:
+    free(sh.excluded);
+    return res;
+}

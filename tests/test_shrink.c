@@ -1,0 +1,207 @@
+/*
+ * Shrink after a failure: 4 ranks run checked allreduces; rank 2 dies (SIGKILL)
+ * or stops (SIGSTOP) in the middle.  The survivors see the failure, shrink the
+ * communicator without rank 2, then run 30 checked allreduces on the new one
+ * and destroy both.
+ *
+ *   test_shrink [--transport shm|tcp] [--mode list|detect|stop] [-v]
+ *
+ *   list    rank 2 is killed; the survivors pass excludeRanksList = {2} and
+ *           COLL_SHRINK_ABORT
+ *   detect  rank 2 is killed; the survivors pass an empty list and
+ *           COLL_SHRINK_ABORT | COLL_SHRINK_DETECT: the library finds it gone
+ *   stop    rank 2 is stopped; as detect: it is excluded once it has not answered
+ *           for the timeout
+ *
+ * The ranks are forked here (as in test_kill.c) with COLL_COMM_ID on a free port
+ * and COLL_TIMEOUT_MS=3000.  Each survivor prints the time from the failing call's
+ * start to the new communicator's first good allreduce.  The parent checks that
+ * rank 2 was ended by its signal, that every survivor exited with 0, and that no
+ * rank is left.
+ */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "launch.h"
+
+#define NRANKS 4
+#define VICTIM 2
+#define COUNT 4096
+
+static const char *mode = "list";
+static bool verbose;
+
+static double now_s(void)
+{
+    return launch_now();
+}
+
+/* Checked allreduce: element k of rank r is (r + 1) * (k % 31) + seed. */
+static collResult_t checked_allreduce(collComm_t c, int rank, int nranks, const int *old_of,
+                                      int seed, int *wrong)
+{
+    static float in[COUNT], out[COUNT];
+    for (int k = 0; k < COUNT; k++)
+        in[k] = (float)((old_of[rank] + 1) * (k % 31) + seed);
+    collResult_t r = collAllReduce(in, out, COUNT, collFloat, collSum, c, NULL);
+    if (r != collSuccess)
+        return r;
+    float ranks_sum = 0;
+    for (int q = 0; q < nranks; q++)
+        ranks_sum += (float)(old_of[q] + 1);
+    *wrong = 0;
+    for (int k = 0; k < COUNT; k++)
+        *wrong += out[k] != ranks_sum * (float)(k % 31) + (float)(seed * nranks);
+    return collSuccess;
+}
+
+static int rank_main(int rank)
+{
+    collComm_t comm;
+    collResult_t r = collCommInitFromEnv(&comm);
+    if (r != collSuccess) {
+        fprintf(stderr, "[rank %d] init failed: %s\n", rank, collGetLastError(NULL));
+        return 10;
+    }
+    int old_of[NRANKS] = {0, 1, 2, 3};
+    double t_fail = 0;
+    for (int it = 0; it < 200; it++) {
+        if (rank == VICTIM && it == 5)
+            raise(strcmp(mode, "stop") == 0 ? SIGSTOP : SIGKILL);
+        int wrong = 0;
+        double t0 = now_s();
+        r = checked_allreduce(comm, rank, NRANKS, old_of, it, &wrong);
+        if (r != collSuccess) {
+            t_fail = t0;
+            break;
+        }
+        if (wrong != 0) {
+            fprintf(stderr, "[rank %d] allreduce %d: %d wrong elements\n", rank, it, wrong);
+            return 11;
+        }
+    }
+    if (t_fail == 0) {
+        fprintf(stderr, "[rank %d] no allreduce failed after rank %d's end\n", rank, VICTIM);
+        return 12;
+    }
+    double t_err = now_s();
+    if (verbose)
+        fprintf(stderr, "[rank %d] failure after %.3f s: %s\n", rank, t_err - t_fail,
+                collGetLastError(comm));
+
+    collComm_t shrunk = NULL;
+    int victim = VICTIM;
+    bool list = strcmp(mode, "list") == 0;
+    int flags = COLL_SHRINK_ABORT | (list ? 0 : COLL_SHRINK_DETECT);
+    r = collCommShrink(comm, list ? &victim : NULL, list ? 1 : 0, &shrunk, NULL, flags);
+    if (r != collSuccess) {
+        fprintf(stderr, "[rank %d] shrink failed: %s: %s\n", rank, collGetErrorString(r),
+                collGetLastError(comm));
+        return 13;
+    }
+    int n = -1, me = -1;
+    collCommCount(shrunk, &n);
+    collCommUserRank(shrunk, &me);
+    int want_me = rank < VICTIM ? rank : rank - 1;
+    if (n != NRANKS - 1 || me != want_me) {
+        fprintf(stderr, "[rank %d] shrunk to rank %d of %d, want %d of %d\n", rank, me, n,
+                want_me, NRANKS - 1);
+        return 14;
+    }
+    int new_old_of[NRANKS - 1] = {0, 1, 3};
+    for (int it = 0; it < 30; it++) {
+        int wrong = 0;
+        r = checked_allreduce(shrunk, me, n, new_old_of, 1000 + it, &wrong);
+        if (r != collSuccess || wrong != 0) {
+            fprintf(stderr, "[rank %d] shrunk allreduce %d: %s, %d wrong\n", rank, it,
+                    collGetErrorString(r), wrong);
+            return 15;
+        }
+        if (it == 0)
+            printf("rank %d: error after %.3f s, running again %.3f s after the failing call "
+                   "began (%s)\n", rank, t_err - t_fail, now_s() - t_fail, mode);
+    }
+    fflush(stdout);
+    if (collCommDestroy(shrunk) != collSuccess || collCommDestroy(comm) != collSuccess) {
+        fprintf(stderr, "[rank %d] destroy failed\n", rank);
+        return 16;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *transport = "shm";
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--transport") == 0 && i + 1 < argc)
+            transport = argv[++i];
+        else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc)
+            mode = argv[++i];
+        else if (strcmp(argv[i], "-v") == 0)
+            verbose = true;
+        else {
+            fprintf(stderr, "usage: test_shrink [--transport shm|tcp] [--mode list|detect|stop] "
+                    "[-v]\n");
+            return 2;
+        }
+    }
+    if (strcmp(mode, "list") != 0 && strcmp(mode, "detect") != 0 && strcmp(mode, "stop") != 0) {
+        fprintf(stderr, "--mode must be list, detect or stop, not '%s'\n", mode);
+        return 2;
+    }
+    int port = launch_free_port();
+    if (port < 0) {
+        perror("free port");
+        return 1;
+    }
+    char id[64];
+    snprintf(id, sizeof(id), "127.0.0.1:%d", port);
+    setenv("COLL_COMM_ID", id, 1);
+    setenv("COLL_NRANKS", "4", 1);
+    setenv("COLL_TIMEOUT_MS", "3000", 1);
+    setenv("COLL_TRANSPORTS", transport, 1);
+    fflush(NULL);
+    pid_t pids[NRANKS];
+    for (int r = 0; r < NRANKS; r++) {
+        pids[r] = fork();
+        if (pids[r] == 0) {
+            char s[16];
+            snprintf(s, sizeof(s), "%d", r);
+            setenv("COLL_RANK", s, 1);
+            _exit(rank_main(r));
+        }
+    }
+    int failures = 0;
+    for (int r = 0; r < NRANKS; r++) {
+        if (r == VICTIM)
+            continue;
+        int st;
+        waitpid(pids[r], &st, 0);
+        if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+            fprintf(stderr, "rank %d ended with %s %d\n", r,
+                    WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st)
+                                                                        : WTERMSIG(st));
+            failures++;
+        }
+    }
+    int st;
+    if (strcmp(mode, "stop") == 0)
+        kill(pids[VICTIM], SIGKILL);
+    waitpid(pids[VICTIM], &st, 0);
+    if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) {
+        fprintf(stderr, "rank %d did not end by SIGKILL\n", VICTIM);
+        failures++;
+    }
+    if (waitpid(-1, &st, WNOHANG) != -1 || errno != ECHILD) {
+        fprintf(stderr, "a rank is left\n");
+        failures++;
+    }
+    printf("%s\n", failures ? "FAILED" : "ok");
+    return failures ? 1 : 0;
+}
