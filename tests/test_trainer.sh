@@ -173,6 +173,28 @@ printf 'DPTRCKPT and then garbage' >"$TMP/garbage.ck"
 cp "$TMP/resume-2-ddp.ck" "$TMP/flipped.ck"
 printf '\x55' | dd of="$TMP/flipped.ck" bs=1 seek=400 conv=notrunc 2>/dev/null
 # refused WANT_IN_MESSAGE ARGS...
+# ---- 7. --elastic: one of 4 ranks dies at step 100; the other 3 shrink and go on ----
+# The maths does not depend on the number of ranks, so the survivors must end where
+# the uninterrupted run ends, and the run must still learn.
+rc=0
+"$COLLRUN" -n 4 --keep-going --timeout 120 -- "$TRAINER" "${SMALL[@]}" --elastic \
+    --fail-at 2:100 --dump-params "$TMP/elastic.bin" >"$TMP/elastic.raw" 2>"$TMP/elastic.err" \
+    </dev/null || rc=$?
+sed -n 's/^\[0\] //p' "$TMP/elastic.raw" >"$TMP/elastic.out"
+if [ "$rc" -ne 137 ] || grep -q "Sanitizer\|runtime error" "$TMP/elastic.err"; then
+    fail "elastic: collrun exit $rc (want 137: rank 2 killed, the others exit 0)"
+    sed 's/^/    | /' "$TMP/elastic.err" | grep -v "COLL WARN" | head -n 10
+elif ! grep -q "^elastic: 3 of 4 ranks remain; continuing from step 10[01]" "$TMP/elastic.out"; then
+    fail "elastic: no 'elastic: 3 of 4 ranks remain' line"
+    sed 's/^/    | /' "$TMP/elastic.out" | head -n 20
+else
+    ok "elastic: $(grep '^elastic:' "$TMP/elastic.out")"
+    learns elastic
+    close "elastic (4 ranks, then 3 from step 100) vs 1 rank: parameters" "$TMP/elastic.bin" \
+        "$TMP/ddp1.bin"
+    close "elastic vs 1 rank: final loss" "$(final_loss elastic)" "$(final_loss ddp1)"
+fi
+
 refused() {
     local want=$1
     shift
@@ -204,6 +226,8 @@ refused short.ck --hidden 64,32 --resume "$TMP/short.ck"
 refused garbage.ck --hidden 64,32 --resume "$TMP/garbage.ck"
 refused flipped.ck --hidden 64,32 --resume "$TMP/flipped.ck"
 refused resume-2-ddp.ck --resume "$TMP/resume-2-ddp.ck"   # another --hidden
+refused --fail-at --fail-at 2
+refused --elastic --elastic --mode ps
 
 echo "trainer: $failures failures"
 [ "$failures" -eq 0 ]

@@ -87,6 +87,7 @@ struct run_opts {
     int nranks;
     double timeout_s; /* 0: none */
     bool prefix;
+    bool keep_going; /* a failed rank does not stop the others */
     char **argv; /* PROG ARGS..., NULL-terminated */
 };
 
@@ -368,7 +369,9 @@ static void run_rank_exited(struct run_state *st, int rank, int status)
                  run_signame(WTERMSIG(status), buf, sizeof buf),
                  WCOREDUMP(status) ? " (core dumped)" : "");
     run_set_exit(st, code);
-    run_begin_kill(st, SIGTERM);
+    /* --keep-going: the survivors may carry on without this rank (elastic jobs). */
+    if (!st->opts.keep_going)
+        run_begin_kill(st, SIGTERM);
 }
 
 /* Reaps every exited child: ranks, and anything reparented to collrun as subreaper. */
@@ -799,7 +802,7 @@ static int run_main(const struct run_opts *opts)
 static void run_help(FILE *f)
 {
     fprintf(f,
-            "Usage: collrun -n N [--timeout S] [--no-prefix] [--] PROG [ARGS...]\n"
+            "Usage: collrun -n N [--timeout S] [--no-prefix] [--keep-going] [--] PROG [ARGS...]\n"
             "       collrun --env | --help | --version\n"
             "\n"
             "Starts N ranks of PROG on this host with COLL_RANK, COLL_NRANKS, COLL_COMM_ID,\n"
@@ -809,6 +812,9 @@ static void run_help(FILE *f)
             "  --timeout S   stop all ranks after S seconds (fractional; 0: none) and exit 124;\n"
             "                the default comes from COLLRUN_TIMEOUT\n"
             "  --no-prefix   pass output through as is, without the \"[rank] \" line prefix\n"
+            "  --keep-going  a failed rank does not stop the others (for jobs that shrink\n"
+            "                their communicator and go on); the exit code is still the\n"
+            "                first failure's\n"
             "  --env         list every COLL_* variable with its default and meaning\n"
             "  -h, --help    show this help\n"
             "  --version     show the version\n"
@@ -827,7 +833,7 @@ __attribute__((format(printf, 1, 2))) static enum run_action run_usage(const cha
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fputs("\nUsage: collrun -n N [--timeout S] [--no-prefix] [--] PROG [ARGS...]\n"
+    fputs("\nUsage: collrun -n N [--timeout S] [--no-prefix] [--keep-going] [--] PROG [ARGS...]\n"
           "Try 'collrun --help' for more information.\n",
           stderr);
     return RUN_ACT_USAGE;
@@ -877,6 +883,8 @@ static enum run_action run_parse_args(int argc, char **argv, struct run_opts *o)
             return RUN_ACT_ENV;
         if (strcmp(a, "--no-prefix") == 0) {
             o->prefix = false;
+        } else if (strcmp(a, "--keep-going") == 0) {
+            o->keep_going = true;
         } else if (strncmp(a, "-n", 2) == 0) {
             val = a[2] != '\0' ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
             if (val == NULL)

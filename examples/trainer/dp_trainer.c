@@ -25,6 +25,8 @@
  * docs/trainer.md for the flags, the output and the determinism notes.
  */
 #include <math.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -67,7 +69,16 @@ struct trainer {
     /* the epoch being measured */
     double epoch_loss, epoch_time, epoch_wait;
     long epoch_steps;
+    /* --elastic: the next step whose update this rank has not applied, and the
+     * rank this process had at start (for --fail-at) */
+    uint64_t next_step;
+    int first_rank;
+    int shrinks;
 };
+
+/* --elastic: a failed library call inside the training loop returns here. */
+static jmp_buf recover_point;
+static bool recover_armed;
 
 /* ---- errors ---- */
 
@@ -84,6 +95,13 @@ static void check(struct trainer *t, collResult_t r, const char *what)
 {
     if (r == collSuccess)
         return;
+    if (recover_armed) {
+        fprintf(stderr, "dp_trainer: rank %d: %s failed: %s: %s; shrinking the "
+                "communicator\n", t->rank, what, collGetErrorString(r),
+                collGetLastError(t->comm));
+        recover_armed = false;
+        longjmp(recover_point, 1);
+    }
     fprintf(stderr, "dp_trainer: rank %d: %s failed: %s: %s\n", t->rank, what,
             collGetErrorString(r), collGetLastError(t->comm));
     collCommAbort(t->comm);
@@ -167,6 +185,8 @@ static void setup_model(struct trainer *t)
     t->sizes[nl] = t->ds.nclasses;
     /* the largest slice of a batch, and the evaluation chunks, fit in this */
     size_t maxrows = ((size_t)t->o.batch + (size_t)t->nranks - 1) / (size_t)t->nranks;
+    if (t->o.elastic)
+        maxrows = (size_t)t->o.batch; /* the slices grow as ranks leave */
     if (mlp_init(&t->m, nl, t->sizes, maxrows) != 0) {
         fprintf(stderr, "dp_trainer: out of memory for the model\n");
         exit(1);
@@ -441,12 +461,59 @@ static void trainer_free(struct trainer *t)
 
 /* ---- the loop ---- */
 
+/* --elastic, after a failed call: the survivors shrink the communicator to the
+ * ranks that still answer, then take rank 0's state (parameters, momentum and
+ * next step: a failure can reach ranks at different points of a step, so some
+ * may have applied its update and others not), and go on.  Each rank's slice of
+ * the batch follows its new rank and count, so the data is re-sharded. */
+static void recover(struct trainer *t)
+{
+    double t0 = now_s();
+    int old_rank = t->rank, old_n = t->nranks;
+    collComm_t shrunk = NULL;
+    check(t, collCommShrink(t->comm, NULL, 0, &shrunk, NULL,
+                            COLL_SHRINK_ABORT | COLL_SHRINK_DETECT), "collCommShrink");
+    /* The stream reports the failure once; afterwards it serves the new comm. */
+    if (t->stream != NULL)
+        (void)collStreamSynchronize(t->stream);
+    collCommDestroy(t->comm);
+    t->comm = shrunk;
+    check(t, collCommUserRank(t->comm, &t->rank), "collCommUserRank");
+    check(t, collCommCount(t->comm, &t->nranks), "collCommCount");
+    size_t n = t->m.nparams;
+    uint64_t step = t->next_step;
+    check(t, collBroadcast(&step, &step, 1, collUint64, 0, t->comm, NULL), "collBroadcast(step)");
+    check(t, collBroadcast(t->params, t->params, n, collFloat, 0, t->comm, NULL),
+          "collBroadcast(params)");
+    check(t, collBroadcast(t->mom, t->mom, n, collFloat, 0, t->comm, NULL),
+          "collBroadcast(momentum)");
+    t->next_step = step;
+    t->shrinks++;
+    if (t->rank == 0)
+        printf("elastic: %d of %d ranks remain; continuing from step %llu after %.2f s "
+               "(this process was rank %d, now rank %d)\n", t->nranks, old_n,
+               (unsigned long long)step, now_s() - t0, old_rank, t->rank);
+    fflush(stdout);
+}
+
 static void train(struct trainer *t, uint64_t start)
 {
     uint64_t total = (uint64_t)t->o.steps;
-    for (uint64_t s = start; s < total; s++) {
+    t->next_step = start;
+    if (setjmp(recover_point) != 0)
+        recover(t);
+    recover_armed = t->o.elastic;
+    while (t->next_step < total) {
+        uint64_t s = t->next_step;
+        if (t->o.fail_step == (long)s && t->o.fail_rank == t->first_rank && t->shrinks == 0) {
+            fprintf(stderr, "dp_trainer: rank %d: --fail-at: killing myself before step "
+                    "%llu\n", t->rank, (unsigned long long)s);
+            fflush(NULL);
+            raise(SIGKILL);
+        }
         double t0 = now_s(), loss = 0.0;
         double wait = t->o.mode == MODE_DDP ? step_ddp(t, s, &loss) : step_ps(t, s, &loss);
+        t->next_step = s + 1;
         t->epoch_time += now_s() - t0;
         t->epoch_wait += wait;
         t->epoch_loss += loss;
@@ -459,6 +526,7 @@ static void train(struct trainer *t, uint64_t start)
              done == total))
             save_checkpoint(t, done);
     }
+    recover_armed = false;
 }
 
 int main(int argc, char **argv)
@@ -475,6 +543,7 @@ int main(int argc, char **argv)
     check(t, collCommInitFromEnv(&t->comm), "collCommInitFromEnv");
     check(t, collCommUserRank(t->comm, &t->rank), "collCommUserRank");
     check(t, collCommCount(t->comm, &t->nranks), "collCommCount");
+    t->first_rank = t->rank;
     if (t->o.batch < t->nranks) {
         fprintf(stderr, "dp_trainer: --batch: %ld is fewer examples than the %d ranks\n",
                 t->o.batch, t->nranks);

@@ -35,6 +35,10 @@ static const char usage[] =
     "  --resume FILE          continue from a checkpoint\n"
     "  --dump-params FILE     write the final parameters (float32 little-endian, rank 0)\n"
     "  --quiet                print only the final line\n"
+    "  --elastic              ddp: when ranks fail, the survivors shrink the communicator,\n"
+    "                         re-shard the data among themselves and go on from the\n"
+    "                         current step (run under collrun --keep-going)\n"
+    "  --fail-at R:S          test hook: rank R kills itself (SIGKILL) before step S\n"
     "  --help                 this text\n";
 
 static void defaults(struct options *o)
@@ -48,6 +52,8 @@ static void defaults(struct options *o)
     o->hidden[0] = 256;
     o->hidden[1] = 128;
     o->nhidden = 2;
+    o->fail_rank = -1;
+    o->fail_step = -1;
     o->mode = MODE_DDP;
     o->bucket_mb = 1.0;
 }
@@ -155,6 +161,16 @@ static int parse_flag(const char *flag, const char *v, struct options *o)
         return parse_double(flag, v, 0.0, 1e6, &o->bucket_mb, "a number of MiB >= 0");
     if (strcmp(flag, "--checkpoint-every") == 0)
         return parse_long(flag, v, 1, &o->checkpoint_every);
+    if (strcmp(flag, "--fail-at") == 0) {
+        char *end;
+        long r = strtol(v, &end, 10);
+        long st = *end == ':' ? strtol(end + 1, &end, 10) : -1;
+        if (*v == '\0' || *end != '\0' || r < 0 || st < 0 || strchr(v, ':') == NULL)
+            return bad(flag, v, "RANK:STEP, both numbers >= 0");
+        o->fail_rank = r;
+        o->fail_step = st;
+        return 0;
+    }
     const char **path = strcmp(flag, "--data") == 0          ? &o->data
                         : strcmp(flag, "--checkpoint") == 0  ? &o->checkpoint
                         : strcmp(flag, "--resume") == 0      ? &o->resume
@@ -170,7 +186,7 @@ static bool known_flag(const char *flag)
     static const char *const names[] = {
         "--steps", "--batch", "--lr", "--momentum", "--seed", "--hidden", "--mode", "--algo",
         "--bucket-mb", "--checkpoint-every", "--data", "--checkpoint", "--resume",
-        "--dump-params"};
+        "--dump-params", "--fail-at"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(flag, names[i]) == 0)
             return true;
@@ -183,6 +199,8 @@ static int takes_no_value(const char *flag, struct options *o)
         o->no_overlap = true;
     else if (strcmp(flag, "--quiet") == 0)
         o->quiet = true;
+    else if (strcmp(flag, "--elastic") == 0)
+        o->elastic = true;
     else
         return 0;
     return 1;
@@ -194,6 +212,11 @@ static int check_combination(const struct options *o)
     if (o->mode == MODE_PS && o->algo != NULL && strcmp(o->algo, "rd") == 0) {
         fprintf(stderr, "dp_trainer: --algo: 'rd' runs only allreduce and allgather; "
                         "--mode ps needs ring, tree or naive\n");
+        return 2;
+    }
+    if (o->elastic && o->mode == MODE_PS) {
+        fprintf(stderr, "dp_trainer: --elastic: needs --mode ddp (in ps mode rank 0 alone "
+                        "holds the optimizer state)\n");
         return 2;
     }
     if (o->checkpoint_every != 0 && o->checkpoint == NULL) {
@@ -223,7 +246,8 @@ int options_parse(int argc, char **argv, struct options *o)
         if (eq != NULL)
             *eq = '\0';
         if (!known_flag(a)) {
-            bool plain = strcmp(a, "--no-overlap") == 0 || strcmp(a, "--quiet") == 0;
+            bool plain = strcmp(a, "--no-overlap") == 0 || strcmp(a, "--quiet") == 0 ||
+                         strcmp(a, "--elastic") == 0;
             fprintf(stderr, plain ? "dp_trainer: %s takes no value (see --help)\n"
                                   : "dp_trainer: unknown flag '%s' (see --help)\n", a);
             return 2;

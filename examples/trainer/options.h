@@ -29,6 +29,9 @@ struct options {
     const char *resume;
     const char *dump_params;
     bool quiet;
+    bool elastic;           /* on a rank's failure, shrink and go on */
+    long fail_rank;         /* test hook --fail-at R:S: rank R kills itself at step S; */
+    long fail_step;         /* -1: none */
 };
 
 /* Parses argv into o.  Returns 0 to run, 1 after printing the help (exit 0), or 2
