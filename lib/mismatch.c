@@ -105,27 +105,29 @@ static void mm_put_ranks(char *buf, size_t cap, size_t *len, const struct mm_des
     }
 }
 
-/* The fields of d that differ from ref, or all of d's when the calls differ:
- * " with count 100 and root 1". */
+/* The fields of d that differ from ref, " with count 100 and root 1", or the
+ * whole call when the calls differ, "(count 128, datatype float32, root 0)". */
 static void mm_put_fields(char *buf, size_t cap, size_t *len, const struct mm_desc *d,
                           const struct mm_desc *ref)
 {
     bool all = d->func != ref->func;
-    const char *sep = " with ";
+    const char *sep = all ? "(" : " with ", *next = all ? ", " : " and ";
     if (all || d->count != ref->count) {
         mm_put(buf, cap, len, "%scount %llu", sep, (unsigned long long)d->count);
-        sep = " and ";
+        sep = next;
     }
     if (all || d->dtype != ref->dtype) {
         mm_put(buf, cap, len, "%sdatatype %s", sep, coll_dtype_name((collDataType_t)d->dtype));
-        sep = " and ";
+        sep = next;
     }
     if (d->op != 0xff && (all || d->op != ref->op)) {
         mm_put(buf, cap, len, "%sop %s", sep, coll_op_name((collRedOp_t)d->op));
-        sep = " and ";
+        sep = next;
     }
     if (d->root >= 0 && (all || d->root != ref->root))
         mm_put(buf, cap, len, "%sroot %d", sep, (int)d->root);
+    if (all)
+        mm_put(buf, cap, len, ")");
 }
 
 /* Describes how the descriptors differ: each group of ranks that called
