@@ -5,8 +5,10 @@
 
 #include "algo.h"
 #include "exec.h"
+#include "flight.h"
 #include "internal.h"
 #include "mem.h"
+#include "mismatch.h"
 #include "p2p.h"
 #include "reduce.h"
 #include "stream.h"
@@ -88,17 +90,30 @@ static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
     atomic_fetch_add(&comm->busy, 1);
     comm->seq++;
     coll_exec_begin(comm, coll_func_name(f));
+    bool has_op = f == COLL_FUNC_ALLREDUCE || f == COLL_FUNC_REDUCE ||
+                  f == COLL_FUNC_REDUCE_SCATTER;
+    bool has_root = f == COLL_FUNC_BROADCAST || f == COLL_FUNC_REDUCE;
+    struct coll_flight_desc d = {.name = coll_func_name(f), .algo = algo->name,
+                                 .count = a->count, .dtype = (int)a->dtype,
+                                 .op = has_op ? (int)a->op : -1, .root = has_root ? a->root : -1,
+                                 .peer = -1};
+    coll_flight_begin(comm, &d);
     COLL_TRACE_LOG(COLL_SUBSYS_COLL, "%s #%llu count %zu %s via %s", coll_func_name(f),
                    (unsigned long long)comm->seq, a->count, coll_dtype_name(a->dtype),
                    algo->name);
     bool done = false;
     collResult_t res = collSuccess;
-    if (f == COLL_FUNC_ALLREDUCE)
+    if (comm->check_mismatch)
+        res = coll_mismatch_check(comm, (int)f, a);
+    if (res == collSuccess && f == COLL_FUNC_ALLREDUCE)
         res = coll_mem_allreduce(comm, a, &done);
-    if (done)
+    if (done) {
         comm->last_algo_name = "direct";
-    else if (res == collSuccess)
+        coll_flight_algo(comm, "direct");
+    } else if (res == collSuccess) {
         res = algo->run[f](comm, a);
+    }
+    coll_flight_end(comm, res);
     atomic_fetch_sub(&comm->busy, 1);
     return res;
 }

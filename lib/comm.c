@@ -9,8 +9,10 @@
 
 #include "algo.h"
 #include "exec.h"
+#include "flight.h"
 #include "internal.h"
 #include "mem.h"
+#include "mismatch.h"
 #include "pattern.h"
 #include "stream.h"
 
@@ -170,6 +172,8 @@ static void comm_free(struct coll_comm *comm)
         coll_transport_fini(comm);
     coll_bootstrap_fini(comm);
     coll_mem_comm_free(comm);
+    coll_flight_fini(comm);
+    coll_mismatch_fini(comm);
     free(comm->peers);
     free(comm->scratch);
     free(comm);
@@ -277,6 +281,8 @@ static collResult_t comm_setup(struct coll_comm *comm, const struct coll_id *id)
     for (int k = 0; k < nranks; k++)
         comm->peers[k].tp_index = -1;
     COLL_CHECK_GOTO(coll_algo_check_env(comm), res, out);
+    COLL_CHECK_GOTO(coll_flight_init(comm), res, out);
+    comm->check_mismatch = coll_param_int(COLL_PARAM_CHECK_MISMATCH) != 0;
 
     struct coll_rank_info mine = {.rank = rank, .pid = (int32_t)getpid()};
     mine.host_hash = host_hash(mine.host, sizeof(mine.host));
@@ -425,6 +431,10 @@ COLL_API collResult_t collCommAbort(collComm_t comm)
 {
     if (comm == NULL)
         return collSuccess;
+    /* What every recent call was doing, before the abort fails the one in flight.
+     * A non-blocking init still running owns the recorder: no calls yet. */
+    if (!atomic_load(&comm->init_running))
+        coll_flight_dump(comm, "collCommAbort");
     atomic_store(&comm->aborting, true);
     /* A non-blocking init in progress sees the flag within one poll slice. */
     comm_init_join(comm);

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "flight.h"
 #include "socket.h"
 
 int64_t coll_now_ns(void)
@@ -51,6 +52,8 @@ collResult_t coll_exec_isend(struct coll_comm *comm, struct coll_conn *c, const 
     collResult_t res = coll_conn_isend(c, buf, n, r_p);
     if (res != collSuccess)
         exec_fail(comm, c, res);
+    else
+        coll_flight_posted(comm, c, n);
     return res;
 }
 
@@ -63,6 +66,8 @@ collResult_t coll_exec_irecv(struct coll_comm *comm, struct coll_conn *c, void *
     collResult_t res = coll_conn_irecv(c, buf, n, r_p);
     if (res != collSuccess)
         exec_fail(comm, c, res);
+    else
+        coll_flight_posted(comm, c, n);
     return res;
 }
 
@@ -89,6 +94,11 @@ collResult_t coll_exec_peek(struct coll_comm *comm, struct coll_conn *c, size_t 
         *src_p = NULL;
         return exec_failed_wait(comm, c, res);
     }
+    if (*src_p != NULL) {
+        /* A lent fragment was never posted: it counts as posted and done. */
+        coll_flight_posted(comm, c, *len_p);
+        coll_flight_moved(comm, c, *len_p);
+    }
     return collSuccess;
 }
 
@@ -106,12 +116,15 @@ collResult_t coll_exec_test(struct coll_comm *comm, struct coll_req **r_p, bool 
     }
     struct coll_conn *c = r->conn;
     bool done = false;
-    collResult_t res = c->tp->test(r, &done, NULL);
+    size_t n = 0;
+    collResult_t res = c->tp->test(r, &done, &n);
     if (res != collSuccess)
         return exec_failed_wait(comm, c, res);
     *done_p = done;
-    if (done)
+    if (done) {
         *r_p = NULL;
+        coll_flight_moved(comm, c, n);
+    }
     return collSuccess;
 }
 
@@ -141,6 +154,45 @@ static inline void exec_cpu_relax(void)
 #endif
 }
 
+/* The deadline passed: names the peer waited for (one whose bytes this rank
+ * expects, else one that has not taken this rank's bytes), its host, how long
+ * nothing moved and the bytes exchanged with it, then poisons the comm. */
+static void exec_timeout(struct coll_comm *comm, int64_t now, struct coll_req *const *reqs,
+                         int nreqs)
+{
+    const struct coll_conn *c = NULL;
+    for (int i = 0; i < nreqs; i++) {
+        if (reqs[i] == NULL)
+            continue;
+        if (c == NULL || (c->is_send && !reqs[i]->conn->is_send))
+            c = reqs[i]->conn;
+    }
+    int64_t still_ms = coll_flight_idle(comm, now);
+    char still[48] = "";
+    if (still_ms >= 0)
+        snprintf(still, sizeof(still), ": no progress for %lld ms", (long long)still_ms);
+    if (c == NULL) {
+        coll_set_error(comm, "%s #%llu timed out after %lld ms%s", comm->op_name,
+                       (unsigned long long)comm->seq, (long long)comm->timeout_ms, still);
+    } else {
+        const struct coll_rank_info *pi = &comm->peers[c->peer].info;
+        char a[COLL_ADDR_STRLEN];
+        coll_socket_addr_str((const struct sockaddr *)&pi->boot_addr, a, sizeof(a));
+        char bytes[160] = "";
+        uint64_t s, sp, r, rp;
+        if (coll_flight_peer_bytes(comm, c->peer, &s, &sp, &r, &rp))
+            snprintf(bytes, sizeof(bytes), "; this call sent it %llu of %llu B and received "
+                     "%llu of %llu B from it", (unsigned long long)s, (unsigned long long)sp,
+                     (unsigned long long)r, (unsigned long long)rp);
+        coll_set_error(comm, "%s #%llu timed out after %lld ms%s, waiting %s rank %d "
+                       "(%.64s, %s) over %s%s", comm->op_name, (unsigned long long)comm->seq,
+                       (long long)comm->timeout_ms, still,
+                       c->is_send ? "to send to" : "to receive from", c->peer, pi->host, a,
+                       c->tp->name, bytes);
+    }
+    coll_comm_poison(comm, collTimeout);
+}
+
 collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
                             struct coll_req *const *reqs, int nreqs)
 {
@@ -154,6 +206,7 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
     int64_t now = coll_now_ns();
     if (w->idle_since == 0)
         w->idle_since = now;
+    (void)coll_flight_idle(comm, now); /* notes when something last moved */
     if (atomic_load(&comm->aborting)) {
         coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
                        (unsigned long long)comm->seq);
@@ -161,16 +214,7 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         return collRemoteError;
     }
     if (now >= comm->deadline_ns) {
-        int peer = -1;
-        for (int i = 0; i < nreqs && peer < 0; i++)
-            if (reqs[i] != NULL)
-                peer = reqs[i]->conn->peer;
-        coll_set_error(comm, "%s #%llu timed out after %lld ms%s%d%s%.64s%s", comm->op_name,
-                       (unsigned long long)comm->seq, (long long)comm->timeout_ms,
-                       peer >= 0 ? " waiting for rank " : "", peer >= 0 ? peer : 0,
-                       peer >= 0 ? " (" : "", peer >= 0 ? comm->peers[peer].info.host : "",
-                       peer >= 0 ? ")" : "");
-        coll_comm_poison(comm, collTimeout);
+        exec_timeout(comm, now, reqs, nreqs);
         return collTimeout;
     }
     /* Over transports whose test() is a few loads (shared memory) a wait keeps
@@ -192,6 +236,9 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
             continue;
         if (c->tp->wait_prepare != NULL && c->tp->wait_prepare(reqs[i]))
             return collSuccess; /* it can move now: test again */
+        /* The peer waited for shows in the flight record even when nothing was
+         * posted to it (a zero-copy receive peeks instead of posting). */
+        coll_flight_posted(comm, c, 0);
         short ev = c->is_send && !c->poll_in ? POLLOUT : POLLIN;
         for (int k = 0; k < c->nfds && n < 64; k++)
             pfds[n++] = (struct pollfd){.fd = c->fds[k], .events = ev};

@@ -126,6 +126,12 @@ struct coll_comm {
     atomic_bool aborting;
     atomic_int busy;               /* threads inside a call on this comm */
     char last_error[COLL_ERRMSG_BYTES];
+
+    /* Flight recorder and COLL_CHECK_MISMATCH (flight.c, mismatch.c). */
+    struct coll_flight *flight;          /* the last calls, for failure reports */
+    bool check_mismatch;                 /* agree on each collective's arguments first */
+    uint8_t *mismatch_buf;               /* nranks descriptors, allocated on first use */
+    const struct coll_algo *mismatch_algo; /* the allgather that carries them */
 };
 
 /* Records the cause of a failure for collGetLastError and logs it at WARN. */

@@ -33,6 +33,8 @@
 #include <string.h>
 
 #include "exec.h"
+#include "flight.h"
+#include "mismatch.h"
 #include "p2p.h"
 #include "stream.h"
 #include "reduce.h"
@@ -359,6 +361,29 @@ static void p2p_abandon(struct p2p_run *run, collResult_t res)
     }
 }
 
+/* Opens comm's flight record of the run: one message is described whole (count,
+ * type, peer); a group or an all-to-all by its name and message count. */
+static void p2p_flight_begin(const struct p2p_run *run, struct coll_comm *comm)
+{
+    int n = 0, one = -1;
+    for (int i = 0; i < run->nops; i++)
+        if (run->ops[i].comm == comm) {
+            n++;
+            one = i;
+        }
+    struct coll_flight_desc d = {.name = run->op_name, .algo = "p2p", .count = (size_t)n,
+                                 .dtype = -1, .op = -1, .root = -1, .peer = -1};
+    if (n == 1) {
+        d.count = run->ops[one].count;
+        d.dtype = (int)run->ops[one].dtype;
+        d.peer = run->ops[one].peer;
+    } else if (strcmp(run->op_name, "collAllToAll") == 0) {
+        d.count = run->ops[one].count;
+        d.dtype = (int)run->ops[one].dtype;
+    }
+    coll_flight_begin(comm, &d);
+}
+
 static collResult_t p2p_progress(struct p2p_run *run)
 {
     int left = 0;
@@ -407,8 +432,18 @@ collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name
         comm->last_algo_name = "p2p";
         comm->seq++;
         coll_exec_begin(comm, op_name);
+        p2p_flight_begin(&run, comm);
     }
-    res = p2p_connect(&run);
+    /* An all-to-all is a collective: COLL_CHECK_MISMATCH agrees on it first. */
+    for (int c = 0; c < run.ncomms && res == collSuccess; c++) {
+        struct coll_comm *comm = run.comms[c].comm;
+        if (comm->check_mismatch && strcmp(op_name, "collAllToAll") == 0)
+            res = coll_mismatch_check(comm, COLL_MISMATCH_ALLTOALL,
+                                      &(struct coll_args){.count = ops[0].count,
+                                                          .dtype = ops[0].dtype});
+    }
+    if (res == collSuccess)
+        res = p2p_connect(&run);
     if (res == collSuccess) {
         p2p_self_copy(&run);
         COLL_TRACE_LOG(COLL_SUBSYS_COLL, "%s #%llu: %d message(s)", op_name,
@@ -417,8 +452,10 @@ collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name
         if (res != collSuccess)
             p2p_abandon(&run, res);
     }
-    for (int c = 0; c < run.ncomms; c++)
+    for (int c = 0; c < run.ncomms; c++) {
+        coll_flight_end(run.comms[c].comm, res);
         atomic_fetch_sub(&run.comms[c].comm->busy, 1);
+    }
 out:
     for (int c = 0; c < run.ncomms; c++)
         free(run.comms[c].last);

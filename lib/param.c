@@ -87,6 +87,9 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
     [COLL_PARAM_IB_SLOT_BYTES] = {"COLL_IB_SLOT_BYTES", COLL_PARAM_TYPE_SIZE, "131072",
                                   "bytes per slot of a verbs receive ring (4 KiB-8 MiB, a "
                                   "multiple of 64)"},
+    [COLL_PARAM_CHECK_MISMATCH] = {"COLL_CHECK_MISMATCH", COLL_PARAM_TYPE_INT, "0",
+                                   "1: every collective first checks that all ranks called it "
+                                   "with the same operation, count, datatype, op and root"},
 };
 
 static pthread_once_t param_once = PTHREAD_ONCE_INIT;

@@ -1,0 +1,74 @@
+/* The flight recorder: each communicator keeps its last COLL_FLIGHT_RECORDS
+ * operations (name, sequence number, size, algorithm, state, start time and
+ * the bytes moved with each peer), so that a timeout or a failure can say what
+ * every recent call was doing and which peer stopped.  It is printed at WARN
+ * once, when the communicator is poisoned or aborted (lib/flight.c).
+ *
+ * The communicator's owner thread is the only writer and takes no lock; a
+ * reader in another thread (collCommAbort) sees whole records through a
+ * per-record sequence lock, and the byte counters through relaxed atomics. */
+#ifndef COLL_FLIGHT_H
+#define COLL_FLIGHT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "collective.h"
+
+#define COLL_FLIGHT_RECORDS 32
+/* Peers followed one by one per record; the bytes of any further peer are
+ * added to one "other peers" slot (an all-to-all of many ranks, the naive root). */
+#define COLL_FLIGHT_PEERS 16
+
+struct coll_comm;
+struct coll_conn;
+struct coll_flight;
+
+enum coll_flight_state { COLL_FLIGHT_ISSUED, COLL_FLIGHT_RUNNING, COLL_FLIGHT_DONE,
+                         COLL_FLIGHT_FAILED };
+
+/* What a record says of its call; name and algo are static strings. */
+struct coll_flight_desc {
+    const char *name;  /* "allreduce", "collSend", "group" */
+    const char *algo;  /* "ring", "p2p"; may be set later (coll_flight_algo) */
+    size_t count;      /* elements */
+    int dtype;         /* collDataType_t, -1 when the call has several */
+    int op;            /* collRedOp_t, -1 when none */
+    int root;          /* -1 when none */
+    int peer;          /* of a single send or receive, -1 when none */
+};
+
+/* Allocates comm's recorder (comm->flight), once, at init. */
+collResult_t coll_flight_init(struct coll_comm *comm);
+void coll_flight_fini(struct coll_comm *comm);
+
+/* Opens the record of the call comm->seq (state issued); the owner thread only. */
+void coll_flight_begin(struct coll_comm *comm, const struct coll_flight_desc *d);
+/* Names the algorithm of the open record once it is known. */
+void coll_flight_algo(struct coll_comm *comm, const char *algo);
+/* Closes the open record (done, or failed with res).  A failure that poisoned
+ * the comm prints the recorder (coll_flight_dump), once per comm. */
+void coll_flight_end(struct coll_comm *comm, collResult_t res);
+
+/* A request of n bytes to or from c's peer was posted (the progress engine). */
+void coll_flight_posted(struct coll_comm *comm, const struct coll_conn *c, size_t n);
+/* n bytes to or from c's peer completed. */
+void coll_flight_moved(struct coll_comm *comm, const struct coll_conn *c, size_t n);
+
+/* For a wait that found nothing to do at time now: ms since the open record
+ * last moved a byte (since it began when none moved), -1 when none is open. */
+int64_t coll_flight_idle(struct coll_comm *comm, int64_t now);
+
+/* Bytes posted and completed with peer by the open record, for messages;
+ * false when the record does not follow that peer. */
+bool coll_flight_peer_bytes(const struct coll_comm *comm, int peer, uint64_t *sent_p,
+                            uint64_t *sent_posted_p, uint64_t *recvd_p,
+                            uint64_t *recvd_posted_p);
+
+/* Prints the records at WARN, oldest first, one line each, with why ("timeout",
+ * "collCommAbort"); only the first call per comm prints (a failure is reported
+ * once).  Safe from any thread while the owner runs a call. */
+void coll_flight_dump(struct coll_comm *comm, const char *why);
+
+#endif

@@ -1,0 +1,23 @@
+/* COLL_CHECK_MISMATCH: before a collective moves any data, the ranks exchange
+ * what each was called with and fail alike, with collInvalidUsage, when the
+ * calls differ (lib/mismatch.c). */
+#ifndef COLL_MISMATCH_H
+#define COLL_MISMATCH_H
+
+#include "algo.h"
+#include "internal.h"
+
+/* The operation code of collAllToAll, which is no enum coll_func. */
+#define COLL_MISMATCH_ALLTOALL COLL_FUNC_COUNT
+
+/* Agrees with every rank on the call about to run (func: an enum coll_func or
+ * COLL_MISMATCH_ALLTOALL; a's count, dtype, op and root, as far as func uses
+ * them), under the deadline of the operation already begun.  collInvalidUsage
+ * when the calls differ, described on comm naming the ranks and how, the same
+ * on every rank; the comm is not poisoned, since no data moved.  A transport
+ * failure or timeout of the exchange itself poisons as any operation does. */
+collResult_t coll_mismatch_check(struct coll_comm *comm, int func, const struct coll_args *a);
+/* Frees what the check keeps in comm. */
+void coll_mismatch_fini(struct coll_comm *comm);
+
+#endif
