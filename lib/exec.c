@@ -161,15 +161,30 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         return collRemoteError;
     }
     if (now >= comm->deadline_ns) {
-        int peer = -1;
-        for (int i = 0; i < nreqs && peer < 0; i++)
-            if (reqs[i] != NULL)
-                peer = reqs[i]->conn->peer;
-        coll_set_error(comm, "%s #%llu timed out after %lld ms%s%d%s%.64s%s", comm->op_name,
-                       (unsigned long long)comm->seq, (long long)comm->timeout_ms,
-                       peer >= 0 ? " waiting for rank " : "", peer >= 0 ? peer : 0,
-                       peer >= 0 ? " (" : "", peer >= 0 ? comm->peers[peer].info.host : "",
-                       peer >= 0 ? ")" : "");
+        /* Name every peer the call still waits on: in a stalled ring the first
+         * pending request is often the receive from a rank that itself waits,
+         * while the rank that stopped is the one a send is stuck on. */
+        char peers[256] = "";
+        size_t len = 0;
+        int named = 0;
+        for (int i = 0; i < nreqs && len < sizeof(peers) - 1; i++) {
+            if (reqs[i] == NULL)
+                continue;
+            int peer = reqs[i]->conn->peer;
+            bool seen = false;
+            for (int k = 0; k < i && !seen; k++)
+                seen = reqs[k] != NULL && reqs[k]->conn->peer == peer;
+            if (seen || peer < 0)
+                continue;
+            int o = snprintf(peers + len, sizeof(peers) - len, "%s%d (%.64s)",
+                             named ? ", rank " : " waiting for rank ", peer,
+                             comm->peers[peer].info.host);
+            len = o < 0 ? len : len + (size_t)o < sizeof(peers) ? len + (size_t)o
+                                                                  : sizeof(peers) - 1;
+            named++;
+        }
+        coll_set_error(comm, "%s #%llu timed out after %lld ms%s", comm->op_name,
+                       (unsigned long long)comm->seq, (long long)comm->timeout_ms, peers);
         coll_comm_poison(comm, collTimeout);
         return collTimeout;
     }
