@@ -6,9 +6,11 @@
  * the connection even while the receiver is busy elsewhere, so the order in which
  * ranks ask for connections cannot deadlock), and the receiver accepts until the
  * peer it waits for has arrived, keeping the others for later. */
+#include <errno.h>
 #include <poll.h>
 #include <string.h>
 #include <strings.h>
+#include <unistd.h>
 
 #include "internal.h"
 
@@ -175,6 +177,23 @@ static void conn_publish(struct coll_conn **slot, struct coll_conn *c)
     __atomic_store_n(slot, c, __ATOMIC_RELEASE);
 }
 
+/* Whether peer's process (or its communicator) is gone: its bootstrap listener,
+ * open for the communicator's whole life, refuses connections.  A peer that is
+ * alive but slow, stopped or cut off is not gone (the connect then times out). */
+static bool transport_peer_gone(const struct coll_comm *comm, int peer)
+{
+    const struct coll_rank_info *pi = &comm->peers[peer].info;
+    int fd;
+    collResult_t res = coll_socket_connect((const struct sockaddr *)&pi->boot_addr,
+                                           pi->boot_addrlen, coll_now_ns() + 200000000LL, false,
+                                           &fd);
+    if (res == collSuccess) {
+        close(fd);
+        return false;
+    }
+    return res == collRemoteError && errno == ECONNREFUSED;
+}
+
 static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
                                        struct coll_conn **conn_p)
 {
@@ -195,7 +214,10 @@ static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is
         *conn_p = c;
         return collSuccess;
     }
-    /* Accept until the wanted peer's connection is complete, stashing others. */
+    /* Accept until the wanted peer's connection is complete, stashing others.  A
+     * peer that died after init, before making this connection, sends no failure
+     * notice: after each second of waiting, check that it is still there. */
+    int64_t next_probe = coll_now_ns() + 1000000000LL;
     while (*slot == NULL) {
         struct coll_conn *c = NULL;
         COLL_CHECK(st->tp->accept(st->listener, &c));
@@ -218,6 +240,16 @@ static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is
             coll_set_error(comm, "rank %d (%.64s) did not connect within %lld ms", peer,
                            p->info.host, (long long)comm->timeout_ms);
             return collTimeout;
+        }
+        if (now >= next_probe) {
+            if (transport_peer_gone(comm, peer)) {
+                coll_set_error(comm, "%s #%llu: rank %d (%.64s) is gone before connecting to "
+                               "this rank: its bootstrap listener refuses connections",
+                               comm->op_name, (unsigned long long)comm->seq, peer,
+                               p->info.host);
+                return collRemoteError;
+            }
+            next_probe = coll_now_ns() + 1000000000LL;
         }
         struct pollfd pfds[COLL_CONN_MAX_FDS + 2];
         struct coll_conn *l = st->listener;
