@@ -13,6 +13,7 @@
 #include "mem.h"
 #include "pattern.h"
 #include "stream.h"
+#include "wire.h"
 
 /* The cause of the last failure that had no communicator (a failed init). */
 static _Thread_local char tls_last_error[COLL_ERRMSG_BYTES];
@@ -231,12 +232,11 @@ COLL_API collResult_t collCommInitRank(collComm_t *comm, int nranks, collUniqueI
         coll_set_error(NULL, "collCommInitRank: rank %d is outside [0, %d)", rank, nranks);
         return collInvalidArgument;
     }
+    /* The id usually came over the network (the application broadcast it). */
     struct coll_id id;
-    memcpy(&id, commId.internal, sizeof(id));
-    if (id.magic != COLL_ID_MAGIC || id.format != COLL_ID_FORMAT ||
-        id.addrlen > sizeof(id.addr) || id.addrlen == 0) {
-        coll_set_error(NULL, "collCommInitRank: commId was not made by collGetUniqueId "
-                       "(or is of another version)");
+    const char *why = "";
+    if (coll_wire_id(commId.internal, sizeof(commId.internal), &id, &why) != COLL_WIRE_OK) {
+        coll_set_error(NULL, "collCommInitRank: commId is malformed: %s", why);
         return collInvalidArgument;
     }
     return coll_comm_create(comm, nranks, &id, rank);
