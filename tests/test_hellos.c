@@ -8,6 +8,9 @@
  *      secret with a rank out of range: each dropped as soon as it is read
  *   c. a client that sends 3 bytes of a hello and then nothing is dropped once
  *      COLL_HELLO_WAIT_MS has passed, not before
+ *   d. fields that sized or reached memory unchecked before: a verbs handle's slot
+ *      size (the sender's staging ring), a tcp handle's address length, the root's
+ *      status, an id's address length
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -19,6 +22,8 @@
 
 #include "harness.h"
 #include "internal.h"
+#include "tcp_wire.h"
+#include "verbs_wire.h"
 #include "wire.h"
 
 static const uint8_t secret[COLL_SECRET_BYTES] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
@@ -130,6 +135,27 @@ int main(void)
 
     coll_hellos_fini(&h);
     close(lfd);
+
+    /* d. Bounds on fields from the rank table, the root and the id. */
+    const char *why = NULL;
+    struct verbs_handle vh = {.magic = VERBS_MAGIC, .nslots = 16, .slot_bytes = 1u << 30,
+                              .addr = ss, .addrlen = len}, vout;
+    CHECK(verbs_wire_handle(&vh, sizeof(vh), &vout, &why) == COLL_WIRE_BAD_FIELD);
+    vh.slot_bytes = 128 * 1024;
+    CHECK(verbs_wire_handle(&vh, sizeof(vh), &vout, &why) == COLL_WIRE_OK);
+    struct tcp_handle th = {.magic = TCP_MAGIC, .nsocks = 1, .addr = ss, .addrlen = 200}, tout;
+    CHECK(tcp_wire_handle(&th, sizeof(th), &tout, &why) == COLL_WIRE_BAD_FIELD);
+    th.addrlen = len;
+    CHECK(tcp_wire_handle(&th, sizeof(th), &tout, &why) == COLL_WIRE_OK);
+    struct coll_boot_reply rep = {.magic = COLL_BOOT_MAGIC, .status = 1000}, rout;
+    memset(rep.msg, 'x', sizeof(rep.msg));
+    CHECK(coll_wire_boot_reply(&rep, sizeof(rep), &rout, &why) == COLL_WIRE_OK);
+    CHECK(rout.status == collRemoteError && strlen(rout.msg) == sizeof(rout.msg) - 1);
+    struct coll_id id = {.magic = COLL_ID_MAGIC, .format = COLL_ID_FORMAT, .addr = ss,
+                         .addrlen = sizeof(struct sockaddr_in6)}, iout;
+    uint8_t raw[COLL_UNIQUE_ID_BYTES] = {0};
+    memcpy(raw, &id, sizeof(id));
+    CHECK(coll_wire_id(raw, sizeof(raw), &iout, &why) == COLL_WIRE_BAD_FIELD);
     if (test_failures)
         fprintf(stderr, "%d check(s) failed\n", test_failures);
     return test_failures ? 1 : 0;
