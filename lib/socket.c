@@ -365,22 +365,29 @@ int coll_hellos_next(int lfd, struct coll_hellos *h, void *hello)
     /* A burst at most a few tables long per call, so that a flood cannot keep
      * the caller here: the rest waits in the kernel's backlog. */
     for (int n = 0; n < 4 * h->cap; n++) {
+        if (h->npend == h->cap) {
+            struct pollfd lp = {.fd = lfd, .events = POLLIN};
+            if (poll(&lp, 1, 0) != 1)
+                break; /* nobody waits to be accepted: no room needed */
+            /* Full: the oldest client that has not shown the secret and has
+             * nothing waiting to be read makes room (a rank's hello comes with
+             * its connect, so it is never the one).  Without such a client the
+             * rest stays in the backlog until the pass below has read the table. */
+            int old = -1;
+            char b;
+            for (int i = 0; i < h->npend; i++)
+                if (!h->pend[i].shown &&
+                    (old < 0 || h->pend[i].since_ns < h->pend[old].since_ns) &&
+                    recv(h->pend[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
+                    (errno == EAGAIN || errno == EWOULDBLOCK))
+                    old = i;
+            if (old < 0)
+                break;
+            hellos_drop(h, old, "the table of waiting clients was full (a flood of connections)");
+        }
         int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0)
             break; /* EAGAIN, or EMFILE: what is pending still gets read */
-        if (h->npend == h->cap) {
-            /* Full: the oldest client that has not shown the secret makes room. */
-            int old = -1;
-            for (int i = 0; i < h->npend; i++)
-                if (!h->pend[i].shown && (old < 0 || h->pend[i].since_ns < h->pend[old].since_ns))
-                    old = i;
-            if (old < 0) {
-                close(fd);
-                coll_hellos_dropped(h, "more clients that showed the secret than the table holds");
-                continue;
-            }
-            hellos_drop(h, old, "the table of waiting clients was full (a flood of connections)");
-        }
         struct coll_hello_wait *p = &h->pend[h->npend];
         p->fd = fd;
         p->got = 0;

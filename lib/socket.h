@@ -42,9 +42,10 @@ collResult_t coll_socket_listen(union coll_sockaddr *ss, socklen_t *len_p, int *
  * library reads its hellos through this, so that no client can hold it up: all
  * are read together without blocking, a client that has not shown the secret
  * within COLL_HELLO_WAIT_MS is dropped, and when the table is full the oldest
- * such client makes room for the new one (one that showed the secret is kept).
- * A flood of connections thus costs at most `cap` descriptors and never shuts
- * out a rank.  The first connection dropped is logged at WARN with its cause;
+ * such client with nothing waiting to be read makes room for the next one (one
+ * that showed the secret is kept; with no such client the next waits in the
+ * kernel's backlog).  A flood of connections thus costs at most `cap`
+ * descriptors and never shuts out a rank.  The first connection dropped is logged at WARN with its cause;
  * later ones are only counted (a flood must not flood the log), and the count
  * is logged at INFO when the listener closes.
  */
