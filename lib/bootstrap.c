@@ -20,41 +20,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
 #include "socket.h"
+#include "wire.h"
 
-#define BOOT_MAGIC 0x544f4f42u /* "BOOT" */
-#define BOOT_MSG_BYTES 256
-
-struct boot_register {
-    uint32_t magic;
-    uint8_t secret[COLL_SECRET_BYTES];
-    int32_t nranks;
-    int32_t rank;
-    struct coll_rank_info info;
-};
-
-struct boot_reply {
-    uint32_t magic;
-    int32_t status; /* collResult_t */
-    char msg[BOOT_MSG_BYTES];
-};
-
-struct boot_ring_hello {
-    uint32_t magic;
-    uint8_t secret[COLL_SECRET_BYTES];
-    int32_t rank;
-};
-
-/* Per connection the root is still reading a registration from. */
-struct root_client {
-    int fd;
-    size_t got;
-    struct boot_register reg;
-    char addr[COLL_ADDR_STRLEN];
-};
+#define BOOT_MAGIC COLL_BOOT_MAGIC
+#define BOOT_MSG_BYTES COLL_BOOT_MSG_BYTES
+#define ROOT_MAX_PENDING 256 /* connections read at once by the root */
+#define RING_MAX_PENDING 16  /* by a rank's ring listener, which wants one */
 
 struct root_state {
     int lfd;
@@ -62,17 +38,28 @@ struct root_state {
     char addr[COLL_ADDR_STRLEN];
 };
 
-static bool secret_equal(const uint8_t *a, const uint8_t *b)
+/* The checks of what the root and the ring listener read (lib/wire.h), in the
+ * shape coll_hellos_next calls. */
+static int root_check(const void *buf, size_t got, const void *secret, const char **why_p)
 {
-    uint8_t diff = 0; /* constant time: the comparison leaks nothing by timing */
-    for (int i = 0; i < COLL_SECRET_BYTES; i++)
-        diff |= (uint8_t)(a[i] ^ b[i]);
-    return diff == 0;
+    struct coll_boot_register reg;
+    return coll_wire_boot_register(buf, got, secret, &reg, why_p);
+}
+
+struct ring_check_arg {
+    const uint8_t *secret;
+    int prev;
+};
+
+static int ring_check(const void *buf, size_t got, const void *arg, const char **why_p)
+{
+    const struct ring_check_arg *a = arg;
+    return coll_wire_ring_hello(buf, got, a->secret, a->prev, why_p);
 }
 
 static void root_reply_error(int fd, collResult_t status, const char *msg)
 {
-    struct boot_reply rep = {.magic = BOOT_MAGIC, .status = status};
+    struct coll_boot_reply rep = {.magic = BOOT_MAGIC, .status = status};
     snprintf(rep.msg, sizeof(rep.msg), "%s", msg);
     int err;
     (void)coll_socket_send_all(fd, &rep, sizeof(rep), coll_now_ns() + 1000000000LL, &err);
@@ -92,12 +79,13 @@ static void root_fail_all(int *fds, int nranks, collResult_t status, const char 
     }
 }
 
-/* Serves one communicator, then returns. */
+/* Serves one communicator, then returns.  Registrations are read through
+ * coll_hellos_next, so strangers (garbage, silence, a flood of connections) are
+ * dropped without holding up the ranks; a client that shows the bootstrap's
+ * magic but not the secret (a rank of another job) is answered with an error
+ * first, so that it fails at once instead of at its deadline. */
 static void root_serve(struct root_state *st)
 {
-    enum { MAX_PENDING = 256 };
-    struct root_client pend[MAX_PENDING];
-    int npend = 0;
     int nranks = -1, nreg = 0;
     int *fds = NULL;                    /* fd per registered rank */
     struct coll_rank_info *table = NULL;
@@ -105,126 +93,102 @@ static void root_serve(struct root_state *st)
     char fail_msg[BOOT_MSG_BYTES] = "";
     int64_t deadline = INT64_MAX;
     int64_t timeout_ns = coll_param_int(COLL_PARAM_TIMEOUT_MS) * 1000000LL;
+    struct coll_hellos hellos;
+    static const struct coll_boot_reply refusal = {
+        .magic = BOOT_MAGIC, .status = collInvalidUsage,
+        .msg = "the registration did not show this communicator's secret or named a rank, "
+               "nranks or address out of range (an id of another job, or COLL_SECRET differs)"};
+    if (coll_hellos_init(&hellos, st->lfd, "bootstrap root", ROOT_MAX_PENDING,
+                         sizeof(struct coll_boot_register), root_check, st->secret) != collSuccess)
+        return;
+    hellos.refusal = &refusal;
+    hellos.refusal_bytes = sizeof(refusal);
 
     for (;;) {
-        struct pollfd pfds[MAX_PENDING + 1];
-        pfds[0] = (struct pollfd){.fd = st->lfd, .events = POLLIN};
-        for (int i = 0; i < npend; i++)
-            pfds[i + 1] = (struct pollfd){.fd = pend[i].fd, .events = POLLIN};
         int64_t now = coll_now_ns();
         if (now >= deadline)
             break;
-        int64_t wait_ms = deadline == INT64_MAX ? 1000 : (deadline - now) / 1000000 + 1;
-        int npolled = npend; /* entries accepted below have no poll result yet */
-        int pr = poll(pfds, (nfds_t)npend + 1, wait_ms > 1000 ? 1000 : (int)wait_ms);
-        if (pr < 0 && errno != EINTR)
-            break;
-        if (pfds[0].revents & POLLIN) {
-            union coll_sockaddr ss;
-            socklen_t sl = sizeof(ss);
-            int fd = accept4(st->lfd, (struct sockaddr *)&ss, &sl, SOCK_CLOEXEC | SOCK_NONBLOCK);
-            if (fd >= 0 && npend < MAX_PENDING) {
-                pend[npend] = (struct root_client){.fd = fd};
-                coll_socket_addr_str((struct sockaddr *)&ss, pend[npend].addr, COLL_ADDR_STRLEN);
-                npend++;
-            } else if (fd >= 0) {
-                close(fd);
+        struct coll_boot_register reg;
+        int fd = coll_hellos_next(st->lfd, &hellos, &reg);
+        if (fd < 0) {
+            struct pollfd pfds[ROOT_MAX_PENDING + 1];
+            pfds[0] = (struct pollfd){.fd = st->lfd, .events = POLLIN};
+            for (int i = 0; i < hellos.npend; i++)
+                pfds[i + 1] = (struct pollfd){.fd = hellos.pend[i].fd, .events = POLLIN};
+            /* Wake at least every 250 ms: clients too slow to show the secret are
+             * dropped by age (COLL_HELLO_WAIT_MS). */
+            int64_t wait_ms = deadline == INT64_MAX ? 250 : (deadline - now) / 1000000 + 1;
+            if (poll(pfds, (nfds_t)hellos.npend + 1, wait_ms > 250 ? 250 : (int)wait_ms) < 0 &&
+                errno != EINTR)
+                break;
+            continue;
+        }
+        if (deadline == INT64_MAX)
+            deadline = coll_now_ns() + timeout_ns;
+        if (failed == collSuccess && nranks < 0) {
+            /* reg.nranks is within [1, COLL_WIRE_MAX_NRANKS]: root_check. */
+            nranks = reg.nranks;
+            fds = malloc(sizeof(int) * (size_t)nranks);
+            table = calloc((size_t)nranks, sizeof(*table));
+            if (fds == NULL || table == NULL) {
+                failed = collSystemError;
+                snprintf(fail_msg, sizeof(fail_msg), "bootstrap root out of memory");
+            } else {
+                for (int k = 0; k < nranks; k++)
+                    fds[k] = -1;
             }
         }
-        for (int i = npolled - 1; i >= 0; i--) {
-            if (!(pfds[i + 1].revents & (POLLIN | POLLHUP | POLLERR)))
-                continue;
-            struct root_client *c = &pend[i];
-            ssize_t r = recv(c->fd, (char *)&c->reg + c->got, sizeof(c->reg) - c->got, 0);
-            bool drop = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR);
-            if (r > 0)
-                c->got += (size_t)r;
-            if (!drop && c->got >= sizeof(uint32_t) + COLL_SECRET_BYTES &&
-                (c->reg.magic != BOOT_MAGIC || !secret_equal(c->reg.secret, st->secret))) {
-                COLL_WARN("bootstrap root %s refused a connection from %s: it did not show "
-                          "the communicator's secret", st->addr, c->addr);
-                drop = true;
-            }
-            bool complete = !drop && c->got == sizeof(c->reg);
-            if (!drop && !complete)
-                continue;
-            int fd = c->fd;
-            struct boot_register reg = c->reg;
-            pend[i] = pend[--npend];
-            if (drop) {
-                close(fd);
-                continue;
-            }
-            if (deadline == INT64_MAX)
-                deadline = coll_now_ns() + timeout_ns;
-            if (failed == collSuccess && nranks < 0) {
-                if (reg.nranks < 1 || reg.nranks > (1 << 20)) {
-                    close(fd);
-                    continue;
-                }
-                nranks = reg.nranks;
-                fds = malloc(sizeof(int) * (size_t)nranks);
-                table = calloc((size_t)nranks, sizeof(*table));
-                if (fds == NULL || table == NULL) {
-                    failed = collSystemError;
-                    snprintf(fail_msg, sizeof(fail_msg), "bootstrap root out of memory");
-                } else {
-                    for (int k = 0; k < nranks; k++)
-                        fds[k] = -1;
-                }
-            }
-            if (failed == collSuccess && reg.nranks != nranks) {
-                failed = collInvalidUsage;
-                snprintf(fail_msg, sizeof(fail_msg),
-                         "ranks disagree on nranks: rank %d (pid %d on %.64s) passed %d, "
-                         "an earlier rank passed %d", reg.rank, reg.info.pid, reg.info.host,
-                         reg.nranks, nranks);
-            } else if (failed == collSuccess && (reg.rank < 0 || reg.rank >= nranks)) {
-                failed = collInvalidUsage;
-                snprintf(fail_msg, sizeof(fail_msg), "rank %d registered, outside [0, %d)",
-                         reg.rank, nranks);
-            } else if (failed == collSuccess && fds[reg.rank] >= 0) {
-                failed = collInvalidUsage;
-                snprintf(fail_msg, sizeof(fail_msg),
-                         "duplicate rank %d: registered by pid %d on %.64s and by pid %d on "
-                         "%.64s", reg.rank, table[reg.rank].pid, table[reg.rank].host,
-                         reg.info.pid, reg.info.host);
-            }
-            if (failed != collSuccess) {
-                COLL_WARN("bootstrap root %s: %s", st->addr, fail_msg);
-                /* Rank 0 last, as in root_fail_all: its process may run this thread. */
-                if (reg.rank != 0) {
-                    root_reply_error(fd, failed, fail_msg);
-                    close(fd);
-                    fd = -1;
-                }
-                root_fail_all(fds, nranks, failed, fail_msg);
-                if (fd >= 0) {
-                    root_reply_error(fd, failed, fail_msg);
-                    close(fd);
-                }
-                continue;
-            }
-            fds[reg.rank] = fd;
-            table[reg.rank] = reg.info;
-            table[reg.rank].rank = reg.rank;
-            if (++nreg < nranks)
-                continue;
-            /* Everyone is here: send the table to all and finish. */
-            struct boot_reply ok = {.magic = BOOT_MAGIC, .status = collSuccess};
-            for (int k = nranks - 1; k >= 0; k--) {
-                int err;
-                int64_t dl = coll_now_ns() + timeout_ns;
-                if (coll_socket_send_all(fds[k], &ok, sizeof(ok), dl, &err) != collSuccess ||
-                    coll_socket_send_all(fds[k], table, sizeof(*table) * (size_t)nranks, dl,
-                                         &err) != collSuccess)
-                    COLL_WARN("bootstrap root %s could not send the table to rank %d: %s",
-                              st->addr, k, strerror(err));
-                close(fds[k]);
-                fds[k] = -1;
-            }
-            goto out;
+        if (failed == collSuccess && reg.nranks != nranks) {
+            failed = collInvalidUsage;
+            snprintf(fail_msg, sizeof(fail_msg),
+                     "ranks disagree on nranks: rank %d (pid %d on %.64s) passed %d, "
+                     "an earlier rank passed %d", reg.rank, reg.info.pid, reg.info.host,
+                     reg.nranks, nranks);
+        } else if (failed == collSuccess && (reg.rank < 0 || reg.rank >= nranks)) {
+            failed = collInvalidUsage;
+            snprintf(fail_msg, sizeof(fail_msg), "rank %d registered, outside [0, %d)",
+                     reg.rank, nranks);
+        } else if (failed == collSuccess && fds[reg.rank] >= 0) {
+            failed = collInvalidUsage;
+            snprintf(fail_msg, sizeof(fail_msg),
+                     "duplicate rank %d: registered by pid %d on %.64s and by pid %d on "
+                     "%.64s", reg.rank, table[reg.rank].pid, table[reg.rank].host,
+                     reg.info.pid, reg.info.host);
         }
+        if (failed != collSuccess) {
+            COLL_WARN("bootstrap root %s: %s", st->addr, fail_msg);
+            /* Rank 0 last, as in root_fail_all: its process may run this thread. */
+            if (reg.rank != 0) {
+                root_reply_error(fd, failed, fail_msg);
+                close(fd);
+                fd = -1;
+            }
+            root_fail_all(fds, nranks, failed, fail_msg);
+            if (fd >= 0) {
+                root_reply_error(fd, failed, fail_msg);
+                close(fd);
+            }
+            continue;
+        }
+        fds[reg.rank] = fd;
+        table[reg.rank] = reg.info;
+        table[reg.rank].rank = reg.rank;
+        if (++nreg < nranks)
+            continue;
+        /* Everyone is here: send the table to all and finish. */
+        struct coll_boot_reply ok = {.magic = BOOT_MAGIC, .status = collSuccess};
+        for (int k = nranks - 1; k >= 0; k--) {
+            int err;
+            int64_t dl = coll_now_ns() + timeout_ns;
+            if (coll_socket_send_all(fds[k], &ok, sizeof(ok), dl, &err) != collSuccess ||
+                coll_socket_send_all(fds[k], table, sizeof(*table) * (size_t)nranks, dl,
+                                     &err) != collSuccess)
+                COLL_WARN("bootstrap root %s could not send the table to rank %d: %s",
+                          st->addr, k, strerror(err));
+            close(fds[k]);
+            fds[k] = -1;
+        }
+        goto out;
     }
     /* Deadline: tell the ranks that came who is missing. */
     if (failed == collSuccess && nranks > 0) {
@@ -238,8 +202,7 @@ static void root_serve(struct root_state *st)
         root_fail_all(fds, nranks, collTimeout, msg);
     }
 out:
-    for (int i = 0; i < npend; i++)
-        close(pend[i].fd);
+    coll_hellos_fini(&hellos);
     free(fds);
     free(table);
 }
@@ -298,19 +261,6 @@ collResult_t coll_bootstrap_get_unique_id(struct coll_id *id)
     return collSuccess;
 }
 
-/* A secret derived from a string, for ids built from the environment without
- * COLL_SECRET: it only keeps apart jobs that use different addresses. */
-static void secret_from_string(const char *s, uint8_t *out)
-{
-    uint64_t h1 = 1469598103934665603ULL, h2 = 0x9e3779b97f4a7c15ULL;
-    for (const char *p = s; *p; p++) {
-        h1 = (h1 ^ (uint8_t)*p) * 1099511628211ULL;
-        h2 = (h2 ^ (uint8_t)*p) * 0x100000001b3ULL + (h2 >> 29);
-    }
-    memcpy(out, &h1, 8);
-    memcpy(out + 8, &h2, 8);
-}
-
 collResult_t coll_bootstrap_id_from_addr(const char *hostport, const char *secret_hex,
                                          struct coll_id *id)
 {
@@ -325,24 +275,67 @@ collResult_t coll_bootstrap_id_from_addr(const char *hostport, const char *secre
         return collInvalidArgument;
     }
     id->addrlen = len;
-    if (secret_hex == NULL) {
-        secret_from_string(hostport, id->secret);
-        return collSuccess;
-    }
-    /* Any length of hex: folded into the 16 secret bytes. */
-    size_t n = strlen(secret_hex);
-    if (n == 0 || n % 2 != 0) {
-        COLL_WARN("COLL_SECRET must be an even number of hex digits");
+    if (!coll_wire_secret_text(hostport, secret_hex, id->secret, err, sizeof(err))) {
+        COLL_WARN("%s", err);
         return collInvalidArgument;
     }
-    for (size_t i = 0; i < n; i += 2) {
-        unsigned v;
-        if (sscanf(secret_hex + i, "%2x", &v) != 1) {
-            COLL_WARN("COLL_SECRET has a non-hex digit at position %zu", i);
-            return collInvalidArgument;
-        }
-        id->secret[(i / 2) % COLL_SECRET_BYTES] ^= (uint8_t)v;
+    return collSuccess;
+}
+
+/* One try at registering: connect, send the registration, read the answer.
+ * *dropped_p is set when the root closed the connection before answering at
+ * all, which it does to clients it drops unread (a flood of strangers filled
+ * its table): the caller tries again. */
+static collResult_t boot_register_once(struct coll_comm *comm, const struct coll_id *id,
+                                       const struct coll_rank_info *mine, int64_t deadline,
+                                       const char *raddr, int *fd_p, bool *dropped_p)
+{
+    int fd, err;
+    *dropped_p = false;
+    collResult_t res = coll_socket_connect((const struct sockaddr *)&id->addr, id->addrlen,
+                                           deadline, true, &fd);
+    if (res != collSuccess) {
+        coll_set_error(comm, "bootstrap: cannot reach the root at %s within %lld ms: %s", raddr,
+                       (long long)comm->timeout_ms, strerror(errno));
+        return res == collTimeout ? collTimeout : collSystemError;
     }
+    struct coll_boot_register reg = {.magic = BOOT_MAGIC, .nranks = comm->nranks,
+                                     .rank = comm->rank, .info = *mine};
+    memcpy(reg.secret, id->secret, COLL_SECRET_BYTES);
+    res = coll_socket_send_all(fd, &reg, sizeof(reg), deadline, &err);
+    struct coll_boot_reply raw, rep;
+    const char *why = "";
+    if (res == collSuccess) {
+        res = coll_socket_recv_all(fd, &raw, sizeof(raw), deadline, &err);
+        if (res == collRemoteError && err == 0 && coll_now_ns() < deadline) {
+            /* A clean close before any answer: dropped unread, not refused (a
+             * refusal is answered).  Some bytes of an answer and then a close
+             * would read as a short answer; recv_all cannot say, so a close is
+             * treated as dropped either way: the deadline bounds the retries. */
+            *dropped_p = true;
+            close(fd);
+            return res;
+        }
+    }
+    if (res == collSuccess && coll_wire_boot_reply(&raw, sizeof(raw), &rep, &why) != COLL_WIRE_OK)
+        res = collRemoteError;
+    if (res != collSuccess) {
+        if (res == collTimeout)
+            coll_set_error(comm, "bootstrap: timed out after %lld ms waiting for the other "
+                           "ranks at the root %s", (long long)comm->timeout_ms, raddr);
+        else
+            coll_set_error(comm, "bootstrap: the root %s did not answer the registration%s%s%s",
+                           raddr, *why ? ": " : "", why, err ? strerror(err) : "");
+        close(fd);
+        return res;
+    }
+    if (rep.status != collSuccess) {
+        coll_set_error(comm, "bootstrap: the root %s refused rank %d: %s", raddr, comm->rank,
+                       rep.msg);
+        close(fd);
+        return (collResult_t)rep.status;
+    }
+    *fd_p = fd;
     return collSuccess;
 }
 
@@ -352,57 +345,55 @@ static collResult_t boot_register(struct coll_comm *comm, const struct coll_id *
 {
     char raddr[COLL_ADDR_STRLEN];
     coll_socket_addr_str((const struct sockaddr *)&id->addr, raddr, sizeof(raddr));
-    int fd, err;
-    collResult_t res = coll_socket_connect((const struct sockaddr *)&id->addr, id->addrlen,
-                                           deadline, true, &fd);
-    if (res != collSuccess) {
-        coll_set_error(comm, "bootstrap: cannot reach the root at %s within %lld ms: %s", raddr,
-                       (long long)comm->timeout_ms, strerror(errno));
-        return res == collTimeout ? collTimeout : collSystemError;
+    int fd = -1, err;
+    bool dropped = true;
+    collResult_t res = collSuccess;
+    for (int tries = 0; dropped; tries++) {
+        if (tries > 0) {
+            COLL_INFO(COLL_SUBSYS_BOOT, "bootstrap: the root %s closed the connection unanswered; "
+                      "registering again", raddr);
+            struct timespec ts = {0, 20 * 1000 * 1000};
+            nanosleep(&ts, NULL);
+        }
+        res = boot_register_once(comm, id, mine, deadline, raddr, &fd, &dropped);
+        if (dropped && coll_now_ns() >= deadline) {
+            coll_set_error(comm, "bootstrap: the root %s closed every connection unanswered "
+                           "for %lld ms", raddr, (long long)comm->timeout_ms);
+            return collRemoteError;
+        }
     }
-    struct boot_register reg = {.magic = BOOT_MAGIC, .nranks = comm->nranks, .rank = comm->rank,
-                                .info = *mine};
-    memcpy(reg.secret, id->secret, COLL_SECRET_BYTES);
-    res = coll_socket_send_all(fd, &reg, sizeof(reg), deadline, &err);
-    struct boot_reply rep;
-    if (res == collSuccess)
-        res = coll_socket_recv_all(fd, &rep, sizeof(rep), deadline, &err);
-    if (res == collSuccess && rep.magic != BOOT_MAGIC)
-        res = collRemoteError;
-    if (res != collSuccess) {
-        if (res == collTimeout)
-            coll_set_error(comm, "bootstrap: timed out after %lld ms waiting for the other "
-                           "ranks at the root %s", (long long)comm->timeout_ms, raddr);
-        else
-            coll_set_error(comm, "bootstrap: the root %s closed the connection without an "
-                           "answer (a wrong secret is refused this way)%s%s", raddr,
-                           err ? ": " : "", err ? strerror(err) : "");
-        close(fd);
+    if (res != collSuccess)
         return res;
-    }
-    if (rep.status != collSuccess) {
-        rep.msg[sizeof(rep.msg) - 1] = '\0';
-        coll_set_error(comm, "bootstrap: the root %s refused rank %d: %s", raddr, comm->rank,
-                       rep.msg);
+    /* nranks is this rank's own argument: the table is sized by it, not by
+     * anything the root sent. */
+    size_t bytes = sizeof(struct coll_rank_info) * (size_t)comm->nranks;
+    char *raw = malloc(bytes);
+    struct coll_rank_info *table = malloc(bytes);
+    if (raw == NULL || table == NULL) {
+        free(raw);
+        free(table);
         close(fd);
-        return (collResult_t)rep.status;
-    }
-    struct coll_rank_info *table = malloc(sizeof(*table) * (size_t)comm->nranks);
-    if (table == NULL) {
-        close(fd);
+        coll_set_error(comm, "bootstrap: out of memory for the rank table of %d ranks",
+                       comm->nranks);
         return collSystemError;
     }
-    res = coll_socket_recv_all(fd, table, sizeof(*table) * (size_t)comm->nranks, deadline, &err);
+    res = coll_socket_recv_all(fd, raw, bytes, deadline, &err);
     close(fd);
-    if (res != collSuccess) {
+    const char *why = "";
+    if (res == collSuccess &&
+        coll_wire_rank_table(raw, bytes, comm->nranks, table, &why) != COLL_WIRE_OK) {
+        coll_set_error(comm, "bootstrap: the rank table from the root %s is malformed: %s",
+                       raddr, why);
+        res = collRemoteError;
+    } else if (res != collSuccess) {
         coll_set_error(comm, "bootstrap: lost the root %s while reading the rank table", raddr);
-        free(table);
-        return res;
     }
-    for (int k = 0; k < comm->nranks; k++)
-        comm->peers[k].info = table[k];
+    if (res == collSuccess)
+        for (int k = 0; k < comm->nranks; k++)
+            comm->peers[k].info = table[k];
+    free(raw);
     free(table);
-    return collSuccess;
+    return res;
 }
 
 /* Links the out-of-band ring: connect to the next rank, accept the previous. */
@@ -421,31 +412,45 @@ static collResult_t boot_ring_link(struct coll_comm *comm, int64_t deadline)
                        ni->host, strerror(errno));
         return res;
     }
-    struct boot_ring_hello h = {.magic = BOOT_MAGIC, .rank = comm->rank};
+    struct coll_boot_ring_hello h = {.magic = BOOT_MAGIC, .rank = comm->rank};
     memcpy(h.secret, comm->secret, COLL_SECRET_BYTES);
     COLL_CHECK(coll_socket_send_all(comm->boot_next_fd, &h, sizeof(h), deadline, &err));
+    /* The previous rank's hello, read beside any strangers' connections so that
+     * none of them holds the listener up. */
+    struct ring_check_arg arg = {.secret = comm->secret, .prev = prev};
+    struct coll_hellos hellos;
+    COLL_CHECK(coll_hellos_init(&hellos, comm->boot_listen_fd, "bootstrap ring listener",
+                                RING_MAX_PENDING, sizeof(struct coll_boot_ring_hello), ring_check,
+                                &arg));
+    res = collSuccess;
     while (comm->boot_prev_fd < 0) {
-        int fd;
-        res = coll_socket_accept(comm->boot_listen_fd, deadline, &fd);
-        if (res != collSuccess) {
+        struct coll_boot_ring_hello in;
+        int fd = coll_hellos_next(comm->boot_listen_fd, &hellos, &in);
+        if (fd >= 0) {
+            coll_socket_set_nodelay(fd);
+            comm->boot_prev_fd = fd;
+            break;
+        }
+        int64_t now = coll_now_ns();
+        if (now >= deadline) {
             coll_set_error(comm, "bootstrap: rank %d (%.64s) did not connect within %lld ms",
                            prev, comm->peers[prev].info.host, (long long)comm->timeout_ms);
-            return res;
+            res = collTimeout;
+            break;
         }
-        struct boot_ring_hello in;
-        /* A stray client gets a short look, not the whole deadline. */
-        int64_t dl = coll_now_ns() + 2000000000LL;
-        res = coll_socket_recv_all(fd, &in, sizeof(in), dl < deadline ? dl : deadline, &err);
-        if (res != collSuccess || in.magic != BOOT_MAGIC ||
-            !secret_equal(in.secret, comm->secret) || in.rank != prev) {
-            COLL_WARN("bootstrap: refused a connection on the ring listener: it did not show "
-                      "the secret and rank %d", prev);
-            close(fd);
-            continue;
-        }
-        comm->boot_prev_fd = fd;
+        struct pollfd pfds[RING_MAX_PENDING + 1];
+        pfds[0] = (struct pollfd){.fd = comm->boot_listen_fd, .events = POLLIN};
+        for (int i = 0; i < hellos.npend; i++)
+            pfds[i + 1] = (struct pollfd){.fd = hellos.pend[i].fd, .events = POLLIN};
+        int64_t ms = (deadline - now) / 1000000 + 1;
+        (void)poll(pfds, (nfds_t)hellos.npend + 1, ms > 100 ? 100 : (int)ms);
     }
-    return collSuccess;
+    coll_hellos_fini(&hellos);
+    /* The listener stays open for the communicator's life: collCommShrink meets
+     * the survivors there (lib/split.c), and a peer that finds it refusing
+     * connections knows this rank is gone (lib/transport.c).  Nothing else reads
+     * it after init; shrink drops what is not a join of its own. */
+    return res;
 }
 
 collResult_t coll_bootstrap_prepare(struct coll_comm *comm, const struct coll_id *id,

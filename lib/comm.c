@@ -15,6 +15,7 @@
 #include "mismatch.h"
 #include "pattern.h"
 #include "stream.h"
+#include "wire.h"
 
 /* The cause of the last failure that had no communicator (a failed init). */
 static _Thread_local char tls_last_error[COLL_ERRMSG_BYTES];
@@ -393,11 +394,10 @@ static collResult_t init_args(const char *fn, collComm_t *comm, int nranks,
         coll_set_error(NULL, "%s: rank %d is outside [0, %d)", fn, rank, nranks);
         return collInvalidArgument;
     }
-    memcpy(id, commId->internal, sizeof(*id));
-    if (id->magic != COLL_ID_MAGIC || id->format != COLL_ID_FORMAT ||
-        id->addrlen > sizeof(id->addr) || id->addrlen == 0) {
-        coll_set_error(NULL, "%s: commId was not made by collGetUniqueId (or is of another "
-                       "version)", fn);
+    /* The id usually came over the network (the application broadcast it). */
+    const char *why = "";
+    if (coll_wire_id(commId->internal, sizeof(commId->internal), id, &why) != COLL_WIRE_OK) {
+        coll_set_error(NULL, "%s: commId is malformed: %s", fn, why);
         return collInvalidArgument;
     }
     return collSuccess;

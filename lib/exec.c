@@ -26,6 +26,7 @@ void coll_exec_begin(struct coll_comm *comm, const char *op_name)
 {
     comm->op_name = op_name;
     comm->deadline_ns = coll_now_ns() + comm->timeout_ms * 1000000LL;
+    coll_transport_sweep(comm);
 }
 
 /* Describes a failed request: operation, peer, its host and address, cause. */

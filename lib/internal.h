@@ -68,6 +68,7 @@ struct coll_comm {
     struct coll_peer *peers;       /* nranks entries; peers[rank] is this rank */
     struct coll_tp_state tps[COLL_MAX_TRANSPORTS];
     int ntps;
+    int64_t sweep_ns;              /* next read of the listeners (coll_transport_sweep) */
 
     /* Bootstrap ring (out-of-band): sockets to the next and from the previous rank. */
     int boot_listen_fd;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "wire.h"
 
 void coll_socket_set_nodelay(int fd)
 {
@@ -70,36 +71,9 @@ collResult_t coll_socket_parse_hostport(const char *s, union coll_sockaddr *ss,
                                         socklen_t *len_p, char *err, size_t errlen)
 {
     char host[256];
-    const char *port_s;
-    if (s == NULL || *s == '\0') {
-        snprintf(err, errlen, "empty address");
+    uint16_t port;
+    if (!coll_wire_split_hostport(s, host, sizeof(host), &port, err, errlen))
         return collInvalidArgument;
-    }
-    if (s[0] == '[') {
-        const char *close_b = strchr(s, ']');
-        if (close_b == NULL || close_b[1] != ':' || (size_t)(close_b - s - 1) >= sizeof(host)) {
-            snprintf(err, errlen, "address '%s' is not [ipv6]:port", s);
-            return collInvalidArgument;
-        }
-        memcpy(host, s + 1, (size_t)(close_b - s - 1));
-        host[close_b - s - 1] = '\0';
-        port_s = close_b + 2;
-    } else {
-        const char *colon = strrchr(s, ':');
-        if (colon == NULL || (size_t)(colon - s) >= sizeof(host) || colon == s) {
-            snprintf(err, errlen, "address '%s' is not host:port", s);
-            return collInvalidArgument;
-        }
-        memcpy(host, s, (size_t)(colon - s));
-        host[colon - s] = '\0';
-        port_s = colon + 1;
-    }
-    char *end;
-    long port = strtol(port_s, &end, 10);
-    if (*port_s == '\0' || *end != '\0' || port <= 0 || port > 65535) {
-        snprintf(err, errlen, "port '%s' in '%s' is not 1-65535", port_s, s);
-        return collInvalidArgument;
-    }
     struct addrinfo hints = {.ai_socktype = SOCK_STREAM}, *res = NULL;
     const char *fam = coll_param_str(COLL_PARAM_SOCKET_FAMILY);
     if (fam != NULL)
@@ -114,9 +88,9 @@ collResult_t coll_socket_parse_hostport(const char *s, union coll_sockaddr *ss,
     *len_p = res->ai_addrlen;
     freeaddrinfo(res);
     if (ss->sa.sa_family == AF_INET)
-        ((struct sockaddr_in *)ss)->sin_port = htons((uint16_t)port);
+        ((struct sockaddr_in *)ss)->sin_port = htons(port);
     else
-        ((struct sockaddr_in6 *)ss)->sin6_port = htons((uint16_t)port);
+        ((struct sockaddr_in6 *)ss)->sin6_port = htons(port);
     return collSuccess;
 }
 
@@ -351,32 +325,137 @@ collResult_t coll_socket_connect(const struct sockaddr *sa, socklen_t len, int64
     return (last_err == ECONNREFUSED || last_err == ETIMEDOUT) ? collTimeout : collSystemError;
 }
 
-int coll_hellos_next(int lfd, struct coll_hellos *h, void *hello, bool *whole)
+collResult_t coll_hellos_init(struct coll_hellos *h, int lfd, const char *what, int cap,
+                              size_t bytes, coll_hello_check_fn check, const void *check_arg)
 {
-    for (;;) {
+    *h = (struct coll_hellos){.cap = cap, .bytes = bytes, .check = check,
+                              .check_arg = check_arg};
+    COLL_CHECK(coll_calloc(&h->pend, (size_t)cap));
+    if (coll_calloc(&h->bufs, (size_t)cap * bytes) != collSuccess) {
+        free(h->pend);
+        h->pend = NULL;
+        return collSystemError;
+    }
+    for (int i = 0; i < cap; i++)
+        h->pend[i].buf = h->bufs + (size_t)i * bytes;
+    union coll_sockaddr ss;
+    socklen_t sl = sizeof(ss);
+    char a[COLL_ADDR_STRLEN] = "?";
+    if (getsockname(lfd, &ss.sa, &sl) == 0)
+        coll_socket_addr_str(&ss.sa, a, sizeof(a));
+    snprintf(h->name, sizeof(h->name), "%s %s", what, a);
+    return collSuccess;
+}
+
+void coll_hellos_fini(struct coll_hellos *h)
+{
+    for (int i = 0; i < h->npend; i++)
+        close(h->pend[i].fd);
+    if (h->dropped > 1)
+        COLL_INFO(COLL_SUBSYS_BOOT, "%s dropped %llu connections in all", h->name,
+                  (unsigned long long)h->dropped);
+    free(h->pend);
+    free(h->bufs);
+    h->pend = NULL;
+    h->bufs = NULL;
+    h->npend = 0;
+}
+
+void coll_hellos_dropped(struct coll_hellos *h, const char *why)
+{
+    if (h->dropped++ == 0)
+        COLL_WARN("%s dropped a connection: %s (later drops on this listener are counted, "
+                  "not logged)", h->name, why);
+}
+
+/* Closes pending entry i, counting the drop. */
+static void hellos_drop(struct coll_hellos *h, int i, const char *why)
+{
+    close(h->pend[i].fd);
+    coll_hellos_dropped(h, why);
+    unsigned char *buf = h->pend[i].buf;
+    h->pend[i] = h->pend[--h->npend];
+    h->pend[h->npend].buf = buf; /* the freed buffer goes with the freed slot */
+}
+
+_Static_assert(COLL_HELLO_WAIT_MS == 5000, "the message of hellos_drop says 5 s");
+
+int coll_hellos_next(int lfd, struct coll_hellos *h, void *hello)
+{
+    int64_t now = coll_now_ns();
+    /* A burst at most a few tables long per call, so that a flood cannot keep
+     * the caller here: the rest waits in the kernel's backlog. */
+    for (int n = 0; n < 4 * h->cap; n++) {
+        if (h->npend == h->cap) {
+            struct pollfd lp = {.fd = lfd, .events = POLLIN};
+            if (poll(&lp, 1, 0) != 1)
+                break; /* nobody waits to be accepted: no room needed */
+            /* Full: the oldest client that has not shown the secret and has
+             * nothing waiting to be read makes room (a rank's hello comes with
+             * its connect, so it is never the one).  Without such a client the
+             * rest stays in the backlog until the pass below has read the table. */
+            int old = -1;
+            char b;
+            for (int i = 0; i < h->npend; i++)
+                if (!h->pend[i].shown &&
+                    (old < 0 || h->pend[i].since_ns < h->pend[old].since_ns) &&
+                    recv(h->pend[i].fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) < 0 &&
+                    (errno == EAGAIN || errno == EWOULDBLOCK))
+                    old = i;
+            if (old < 0)
+                break;
+            hellos_drop(h, old, "the table of waiting clients was full (a flood of connections)");
+        }
         int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0)
-            break;
-        if (h->npend == h->cap) {
-            close(fd);
-            continue;
-        }
-        h->pend[h->npend].fd = fd;
-        h->pend[h->npend++].got = 0;
+            break; /* EAGAIN, or EMFILE: what is pending still gets read */
+        struct coll_hello_wait *p = &h->pend[h->npend];
+        p->fd = fd;
+        p->got = 0;
+        p->since_ns = now;
+        p->shown = false;
+        h->npend++;
     }
     for (int i = h->npend - 1; i >= 0; i--) {
         struct coll_hello_wait *p = &h->pend[i];
         ssize_t r = recv(p->fd, p->buf + p->got, h->bytes - p->got, MSG_DONTWAIT);
         if (r > 0)
             p->got += (size_t)r;
-        bool failed = r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR);
-        if (p->got < h->bytes && !failed)
+        const char *why = NULL;
+        int v = COLL_WIRE_MORE;
+        if (p->got > 0)
+            v = h->check(p->buf, p->got, h->check_arg, &why);
+        if (v == COLL_WIRE_BAD_MAGIC) {
+            hellos_drop(h, i, "it is not a libcollective handshake (wrong magic)");
             continue;
-        int fd = p->fd;
-        *whole = p->got == h->bytes;
-        memcpy(hello, p->buf, h->bytes);
-        *p = h->pend[--h->npend];
-        return fd;
+        }
+        if ((v == COLL_WIRE_BAD_SECRET || v == COLL_WIRE_BAD_FIELD) && h->refusal != NULL)
+            (void)send(p->fd, h->refusal, h->refusal_bytes, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (v == COLL_WIRE_BAD_SECRET) {
+            hellos_drop(h, i, "it did not show the communicator's secret");
+            continue;
+        }
+        if (v != COLL_WIRE_OK && v != COLL_WIRE_MORE) {
+            hellos_drop(h, i, why ? why : "a field of its handshake is out of range");
+            continue;
+        }
+        if (v == COLL_WIRE_MORE && p->got >= sizeof(uint32_t) + COLL_SECRET_BYTES)
+            p->shown = true;
+        if (v == COLL_WIRE_OK && p->got == h->bytes) {
+            int fd = p->fd;
+            memcpy(hello, p->buf, h->bytes);
+            unsigned char *buf = p->buf;
+            *p = h->pend[--h->npend];
+            h->pend[h->npend].buf = buf;
+            return fd;
+        }
+        if (r == 0 || (r < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+            hellos_drop(h, i, "it closed before its handshake was whole");
+            continue;
+        }
+        if (now - p->since_ns > COLL_HELLO_WAIT_MS * 1000000LL)
+            hellos_drop(h, i, "its handshake was not whole within 5 s (a half-open or slow "
+                              "client)");
     }
     return -1;
 }

@@ -37,25 +37,59 @@ collResult_t coll_socket_pick_addr(const struct sockaddr *toward, union coll_soc
 /* Non-blocking listening socket bound to ss (port may be 0); the bound address
  * comes back in ss. */
 collResult_t coll_socket_listen(union coll_sockaddr *ss, socklen_t *len_p, int *fd_p);
-/* Sockets accepted by a transport's listener whose fixed-size hello (the
- * handshake: secret, rank, ...) has not fully arrived yet. */
-#define COLL_HELLO_MAX_BYTES 256
+/*
+ * Connections accepted by a listener whose fixed-size hello (the handshake:
+ * magic, secret, rank, ...) has not fully arrived yet.  Every listener of the
+ * library reads its hellos through this, so that no client can hold it up: all
+ * are read together without blocking, a client that has not shown the secret
+ * within COLL_HELLO_WAIT_MS is dropped, and when the table is full the oldest
+ * such client with nothing waiting to be read makes room for the next one (one
+ * that showed the secret is kept; with no such client the next waits in the
+ * kernel's backlog).  A flood of connections thus costs at most `cap`
+ * descriptors and never shuts out a rank.  The first connection dropped is logged at WARN with its cause;
+ * later ones are only counted (a flood must not flood the log), and the count
+ * is logged at INFO when the listener closes.
+ */
+#define COLL_HELLO_WAIT_MS 5000
 struct coll_hello_wait {
     int fd;
     size_t got;
-    unsigned char buf[COLL_HELLO_MAX_BYTES];
+    int64_t since_ns; /* accepted at (monotonic) */
+    bool shown;       /* the check passed the bytes so far: the secret was shown */
+    unsigned char *buf;
 };
+/* Checks the got bytes of a hello that have come: returns an enum
+ * coll_wire_verdict (lib/wire.h), and for a refusal its cause in *why_p. */
+typedef int (*coll_hello_check_fn)(const void *buf, size_t got, const void *arg,
+                                   const char **why_p);
 struct coll_hellos {
-    struct coll_hello_wait *pend; /* cap entries, owned by the caller */
+    struct coll_hello_wait *pend; /* cap entries */
+    unsigned char *bufs;          /* cap x bytes */
     int npend, cap;
-    size_t bytes;                 /* the hello's size, at most COLL_HELLO_MAX_BYTES */
+    size_t bytes;                 /* the hello's size */
+    coll_hello_check_fn check;
+    const void *check_arg;
+    char name[COLL_ADDR_STRLEN + 32]; /* "tcp listener 1.2.3.4:5", for the log */
+    /* Optional: sent (without waiting) to a client refused after it showed the
+     * right magic, so that a rank of another job learns why at once. */
+    const void *refusal;
+    size_t refusal_bytes;
+    uint64_t dropped;             /* connections dropped so far */
 };
 
-/* Accepts lfd's new connections into h (beyond cap they are closed), reads what
- * has come of their hellos, and returns the fd of one whose hello is whole
- * (copied into hello; *whole true) or that closed or failed first (*whole false),
- * or -1 when none is ready now.  The caller owns the returned fd; loop until -1. */
-int coll_hellos_next(int lfd, struct coll_hellos *h, void *hello, bool *whole);
+/* Sets up h for a listener named `what` on lfd (its address completes the name). */
+collResult_t coll_hellos_init(struct coll_hellos *h, int lfd, const char *what, int cap,
+                              size_t bytes, coll_hello_check_fn check, const void *check_arg);
+/* Closes the connections still pending and frees h's tables. */
+void coll_hellos_fini(struct coll_hellos *h);
+/* Accepts lfd's new connections into h, reads what has come of their hellos, and
+ * returns the fd of one whose hello is whole and passed the check (copied into
+ * hello), or -1 when none is ready now.  The caller owns the returned fd; loop
+ * until -1.  Connections refused, closed or too slow are dropped and counted. */
+int coll_hellos_next(int lfd, struct coll_hellos *h, void *hello);
+/* Counts (and, the first time, logs) a connection the caller refused after its
+ * hello passed the check (a duplicate, an inconsistent handshake). */
+void coll_hellos_dropped(struct coll_hellos *h, const char *why);
 
 /* Connects, retrying until deadline_ns (monotonic) while the address is
  * unreachable and, with retry_refused, while it refuses (a listener that may not

@@ -194,6 +194,43 @@ static bool transport_peer_gone(const struct coll_comm *comm, int peer)
     return res == collRemoteError && errno == ECONNREFUSED;
 }
 
+/* One accept on st's listener; a connection that completes is stashed as its
+ * peer's receive connection (and returned in *c_p, NULL when none did). */
+static collResult_t transport_accept(struct coll_comm *comm, struct coll_tp_state *st,
+                                     struct coll_conn **c_p)
+{
+    struct coll_conn *c = NULL;
+    *c_p = NULL;
+    COLL_CHECK(st->tp->accept(st->listener, &c));
+    if (c == NULL)
+        return collSuccess;
+    struct coll_peer *from = &comm->peers[c->peer];
+    if (from->recv_conn != NULL) {
+        coll_set_error(comm, "rank %d connected twice", c->peer);
+        c->tp->close(c);
+        return collRemoteError;
+    }
+    conn_publish(&from->recv_conn, c);
+    *c_p = c;
+    return collSuccess;
+}
+
+void coll_transport_sweep(struct coll_comm *comm)
+{
+    int64_t now = coll_now_ns();
+    if (now < comm->sweep_ns)
+        return;
+    comm->sweep_ns = now + COLL_SWEEP_MS * 1000000LL;
+    for (int i = 0; i < comm->ntps; i++) {
+        struct coll_tp_state *st = &comm->tps[i];
+        struct coll_conn *c = NULL;
+        /* Bounded: one set-up per peer at most can be waiting. */
+        for (int k = 0; st->listener != NULL && k <= comm->nranks; k++)
+            if (transport_accept(comm, st, &c) != collSuccess || c == NULL)
+                break; /* a failure meets the caller again where it needs the connection */
+    }
+}
+
 static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
                                        struct coll_conn **conn_p)
 {
@@ -220,17 +257,9 @@ static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is
     int64_t next_probe = coll_now_ns() + 1000000000LL;
     while (*slot == NULL) {
         struct coll_conn *c = NULL;
-        COLL_CHECK(st->tp->accept(st->listener, &c));
-        if (c != NULL) {
-            struct coll_peer *from = &comm->peers[c->peer];
-            if (from->recv_conn != NULL) {
-                coll_set_error(comm, "rank %d connected twice", c->peer);
-                c->tp->close(c);
-                return collRemoteError;
-            }
-            conn_publish(&from->recv_conn, c);
+        COLL_CHECK(transport_accept(comm, st, &c));
+        if (c != NULL)
             continue;
-        }
         if (atomic_load(&comm->aborting)) {
             coll_set_error(comm, "communicator aborted while waiting for rank %d", peer);
             return collRemoteError;

@@ -114,6 +114,13 @@ static inline collResult_t coll_conn_irecv(struct coll_conn *c, void *buf, size_
     return c->tp->irecv(c, buf, n, NULL, r_p);
 }
 
+/* Reads the transports' listeners at most every COLL_SWEEP_MS, from the start
+ * of each operation: strangers that connected are dropped (and logged once per
+ * listener) instead of sitting in the kernel's backlog for the job's life, and a
+ * peer's set-up that arrived early is stashed.  Errors are left for the call
+ * that needs the connection. */
+#define COLL_SWEEP_MS 1000
+void coll_transport_sweep(struct coll_comm *comm);
 /* The ordered table of built transports. */
 const struct coll_transport *const *coll_transport_table(int *n_p);
 /* Selects and initialises transports for comm (COLL_TRANSPORTS narrows). */

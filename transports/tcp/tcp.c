@@ -24,30 +24,11 @@
 
 #include "internal.h"
 #include "socket.h"
+#include "tcp_wire.h"
 
-#define TCP_MAGIC 0x50435443u /* "CTCP" */
-#define TCP_MAX_SOCKS 16
 #define TCP_REQ_CAP 128          /* requests in flight per connection */
 #define TCP_MIN_PART (64 * 1024) /* below nsocks x this, a message uses one socket */
 #define TCP_MAX_PENDING 256
-
-struct tcp_handle {
-    uint32_t magic;
-    uint32_t nsocks;
-    uint32_t addrlen;
-    uint32_t pad;
-    union coll_sockaddr addr;
-};
-_Static_assert(sizeof(struct tcp_handle) <= COLL_TP_HANDLE_BYTES, "tcp handle too large");
-
-struct tcp_hello {
-    uint32_t magic;
-    uint8_t secret[COLL_SECRET_BYTES];
-    int32_t rank;
-    int32_t sock_idx;
-    int32_t nsocks;
-};
-_Static_assert(sizeof(struct tcp_hello) <= COLL_HELLO_MAX_BYTES, "tcp hello too large");
 
 struct tcp_ctx {
     struct coll_comm *comm;
@@ -80,8 +61,8 @@ struct tcp_listener {
     struct coll_conn base;
     struct tcp_ctx *ctx;
     int lfd;
-    struct coll_hello_wait pend[TCP_MAX_PENDING]; /* accepted, hello incomplete */
-    struct coll_hellos hellos;
+    struct coll_hellos hellos;    /* accepted, hello incomplete */
+    struct tcp_wire_ctx wire;     /* what tcp_wire_hello checks against */
     /* Sockets that passed the handshake, grouped per source rank until all
      * nsocks of that rank have arrived. */
     struct {
@@ -153,12 +134,21 @@ static collResult_t tcp_listen(void *vctx, void *handle, struct coll_conn **lis_
     if (ctx->bufsize == 0 && loopback)
         ctx->bufsize = 512 * 1024;
     COLL_CHECK(coll_calloc(&lis, 1));
-    COLL_CHECK(coll_calloc(&lis->ready, (size_t)comm->nranks));
-    lis->hellos = (struct coll_hellos){.pend = lis->pend, .cap = TCP_MAX_PENDING,
-                                       .bytes = sizeof(struct tcp_hello)};
+    collResult_t res = coll_calloc(&lis->ready, (size_t)comm->nranks);
+    if (res != collSuccess) {
+        free(lis);
+        return res;
+    }
     lis->nranks = comm->nranks;
     lis->ctx = ctx;
-    collResult_t res = coll_socket_listen(&h.addr, &len, &lis->lfd);
+    lis->wire = (struct tcp_wire_ctx){.secret = comm->secret, .nranks = comm->nranks};
+    res = coll_socket_listen(&h.addr, &len, &lis->lfd);
+    if (res == collSuccess) {
+        res = coll_hellos_init(&lis->hellos, lis->lfd, "tcp listener", TCP_MAX_PENDING,
+                               sizeof(struct tcp_hello), tcp_wire_hello, &lis->wire);
+        if (res != collSuccess)
+            close(lis->lfd);
+    }
     if (res != collSuccess) {
         free(lis->ready);
         free(lis);
@@ -205,9 +195,9 @@ static collResult_t tcp_connect(void *vctx, const void *handle, int peer,
     struct tcp_ctx *ctx = vctx;
     struct coll_comm *comm = ctx->comm;
     struct tcp_handle h;
-    memcpy(&h, handle, sizeof(h));
-    if (h.magic != TCP_MAGIC || h.nsocks < 1 || h.nsocks > TCP_MAX_SOCKS) {
-        coll_set_error(comm, "tcp: rank %d published no usable tcp address", peer);
+    const char *why = "";
+    if (tcp_wire_handle(handle, COLL_TP_HANDLE_BYTES, &h, &why) != COLL_WIRE_OK) {
+        coll_set_error(comm, "tcp: rank %d published no usable tcp address: %s", peer, why);
         return collInternalError;
     }
     int fds[TCP_MAX_SOCKS];
@@ -258,31 +248,18 @@ static void tcp_listener_update_fds(struct tcp_listener *lis)
     lis->base.fds[0] = lis->lfd;
     int n = 1;
     for (int i = 0; i < lis->hellos.npend && n < COLL_CONN_MAX_FDS; i++)
-        lis->base.fds[n++] = lis->pend[i].fd;
+        lis->base.fds[n++] = lis->hellos.pend[i].fd;
     lis->base.nfds = n;
 }
 
 static collResult_t tcp_accept(struct coll_conn *lbase, struct coll_conn **conn_p)
 {
     struct tcp_listener *lis = coll_container_of(lbase, struct tcp_listener, base);
-    struct coll_comm *comm = lis->ctx->comm;
     *conn_p = NULL;
     struct tcp_hello h;
-    bool whole;
     int pfd;
-    while ((pfd = coll_hellos_next(lis->lfd, &lis->hellos, &h, &whole)) >= 0) {
-        bool drop = !whole;
-        if (!drop && (h.magic != TCP_MAGIC || memcmp(h.secret, comm->secret, COLL_SECRET_BYTES) ||
-                      h.rank < 0 || h.rank >= lis->nranks || h.nsocks < 1 ||
-                      h.nsocks > TCP_MAX_SOCKS || h.sock_idx < 0 || h.sock_idx >= h.nsocks)) {
-            COLL_WARN("tcp: refused a connection: it did not show the communicator's secret "
-                      "or a valid rank");
-            drop = true;
-        }
-        if (drop) {
-            close(pfd);
-            continue;
-        }
+    /* coll_hellos_next returns only hellos that passed tcp_wire_hello. */
+    while ((pfd = coll_hellos_next(lis->lfd, &lis->hellos, &h)) >= 0) {
         __typeof__(lis->ready[0]) *rd = &lis->ready[h.rank];
         if (rd->have == 0) {
             rd->nsocks = h.nsocks;
@@ -290,7 +267,8 @@ static collResult_t tcp_accept(struct coll_conn *lbase, struct coll_conn **conn_
                 rd->fds[k] = -1;
         }
         if (h.nsocks != rd->nsocks || rd->fds[h.sock_idx] >= 0) {
-            COLL_WARN("tcp: rank %d sent an inconsistent handshake; dropped", h.rank);
+            coll_hellos_dropped(&lis->hellos, "a handshake that names a socket count or index "
+                                "inconsistent with its rank's earlier sockets");
             close(pfd);
             continue;
         }
@@ -478,8 +456,7 @@ static collResult_t tcp_close(struct coll_conn *base)
     if (base->peer < 0) {
         struct tcp_listener *lis = coll_container_of(base, struct tcp_listener, base);
         close(lis->lfd);
-        for (int i = 0; i < lis->hellos.npend; i++)
-            close(lis->pend[i].fd);
+        coll_hellos_fini(&lis->hellos);
         for (int k = 0; k < lis->nranks; k++)
             for (int s = 0; s < lis->ready[k].have && s < TCP_MAX_SOCKS; s++)
                 if (lis->ready[k].fds[s] >= 0)

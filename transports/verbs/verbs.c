@@ -61,33 +61,9 @@
 #include "socket.h"
 #include "verbs.h"
 
-#define VERBS_MAGIC 0x42565243u /* "CRVB" */
-#define VERBS_MAX_SLOTS 256
 #define VERBS_REQ_CAP 128
 #define VERBS_MAX_PENDING 64
 #define VERBS_POLL_BATCH 16
-
-struct verbs_handle {
-    uint32_t magic;
-    uint32_t nslots;      /* the receiver's ring: the sender stages the same shape */
-    uint32_t slot_bytes;
-    uint32_t addrlen;
-    uint8_t eth;          /* link layer: RoCE and InfiniBand ports do not talk */
-    uint8_t pad[7];
-    union coll_sockaddr addr; /* the side channel's listener */
-};
-_Static_assert(sizeof(struct verbs_handle) <= COLL_TP_HANDLE_BYTES, "verbs handle too large");
-
-struct verbs_hello {
-    uint32_t magic;
-    uint8_t secret[COLL_SECRET_BYTES];
-    int32_t rank;
-    uint32_t nslots, slot_bytes;
-    struct verbs_qp_info qp;
-    uint64_t credit_addr;
-    uint32_t credit_rkey;
-};
-_Static_assert(sizeof(struct verbs_hello) <= COLL_HELLO_MAX_BYTES, "verbs hello too large");
 
 struct verbs_reply {
     uint32_t magic;
@@ -160,8 +136,8 @@ struct verbs_listener {
     struct coll_conn base;
     struct verbs_ctx *ctx;
     int lfd;
-    struct coll_hello_wait pend[VERBS_MAX_PENDING]; /* accepted, hello incomplete */
-    struct coll_hellos hellos;
+    struct coll_hellos hellos;    /* accepted, hello incomplete */
+    struct verbs_wire_ctx wire;   /* what verbs_wire_hello checks against */
     /* Receive connections set up and answered, not yet handed out by accept() */
     struct coll_conn **ready;
     int nready;
@@ -231,10 +207,11 @@ static collResult_t verbs_can_connect(void *vctx, const struct coll_rank_info *p
 {
     struct verbs_ctx *ctx = vctx;
     struct verbs_handle h;
-    memcpy(&h, handle, sizeof(h));
-    /* Both sides have a device (the peer published a handle); same-host peers
-     * are fine too: the device loops the traffic back. */
-    *ok_p = ctx != NULL && h.magic == VERBS_MAGIC && h.eth == ctx->dev.eth;
+    const char *why;
+    /* Both sides have a device (the peer published a valid handle); same-host
+     * peers are fine too: the device loops the traffic back. */
+    *ok_p = ctx != NULL && verbs_wire_handle(handle, COLL_TP_HANDLE_BYTES, &h, &why) ==
+                               COLL_WIRE_OK && h.eth == ctx->dev.eth;
     return collSuccess;
 }
 
@@ -252,11 +229,17 @@ static collResult_t verbs_listen(void *vctx, void *handle, struct coll_conn **li
                                      &h.addr, &len, ifname, sizeof(ifname)));
     struct verbs_listener *lis;
     COLL_CHECK(coll_calloc(&lis, 1));
-    lis->hellos = (struct coll_hellos){.pend = lis->pend, .cap = VERBS_MAX_PENDING,
-                                       .bytes = sizeof(struct verbs_hello)};
+    lis->wire = (struct verbs_wire_ctx){.secret = comm->secret, .nranks = comm->nranks,
+                                        .nslots = ctx->nslots, .slot_bytes = ctx->slot_bytes};
     collResult_t res = coll_calloc(&lis->ready, (size_t)comm->nranks);
     if (res == collSuccess)
         res = coll_socket_listen(&h.addr, &len, &lis->lfd);
+    if (res == collSuccess) {
+        res = coll_hellos_init(&lis->hellos, lis->lfd, "verbs side channel", VERBS_MAX_PENDING,
+                               sizeof(struct verbs_hello), verbs_wire_hello, &lis->wire);
+        if (res != collSuccess)
+            close(lis->lfd);
+    }
     if (res != collSuccess) {
         free(lis->ready);
         free(lis);
@@ -398,10 +381,9 @@ static collResult_t verbs_connect(void *vctx, const void *handle, int peer,
     struct verbs_ctx *ctx = vctx;
     struct coll_comm *comm = ctx->comm;
     struct verbs_handle h;
-    memcpy(&h, handle, sizeof(h));
-    if (h.magic != VERBS_MAGIC || h.nslots < 2 || h.nslots > VERBS_MAX_SLOTS ||
-        h.slot_bytes < 64 || h.slot_bytes % 64 != 0) {
-        coll_set_error(comm, "verbs: rank %d published no usable verbs handle", peer);
+    const char *why = "";
+    if (verbs_wire_handle(handle, COLL_TP_HANDLE_BYTES, &h, &why) != COLL_WIRE_OK) {
+        coll_set_error(comm, "verbs: rank %d published no usable verbs handle: %s", peer, why);
         return collInternalError;
     }
     struct verbs_conn *c;
@@ -445,7 +427,7 @@ static void verbs_listener_update_fds(struct verbs_listener *lis)
     lis->base.fds[0] = lis->lfd;
     int n = 1;
     for (int i = 0; i < lis->hellos.npend && n < COLL_CONN_MAX_FDS; i++)
-        lis->base.fds[n++] = lis->pend[i].fd;
+        lis->base.fds[n++] = lis->hellos.pend[i].fd;
     lis->base.nfds = n;
 }
 
@@ -501,24 +483,11 @@ static collResult_t verbs_listener_progress(struct verbs_listener *lis)
 {
     struct coll_comm *comm = lis->ctx->comm;
     struct verbs_hello h;
-    bool whole;
     int fd;
-    while ((fd = coll_hellos_next(lis->lfd, &lis->hellos, &h, &whole)) >= 0) {
-        bool drop = !whole;
-        if (!drop && (h.magic != VERBS_MAGIC ||
-                      memcmp(h.secret, comm->secret, COLL_SECRET_BYTES) != 0 || h.rank < 0 ||
-                      h.rank >= comm->nranks)) {
-            COLL_WARN("verbs: refused a connection: it did not show the communicator's secret "
-                      "or a valid rank");
-            drop = true;
-        } else if (!drop && (h.nslots != lis->ctx->nslots ||
-                             h.slot_bytes != lis->ctx->slot_bytes)) {
-            COLL_WARN("verbs: rank %d expects %u slots of %u bytes, this rank has %u of %u; "
-                      "dropped", h.rank, h.nslots, h.slot_bytes, lis->ctx->nslots,
-                      lis->ctx->slot_bytes);
-            drop = true;
-        }
-        if (drop || lis->nready == comm->nranks) {
+    /* coll_hellos_next returns only hellos that passed verbs_wire_hello. */
+    while ((fd = coll_hellos_next(lis->lfd, &lis->hellos, &h)) >= 0) {
+        if (lis->nready == comm->nranks) {
+            coll_hellos_dropped(&lis->hellos, "more set-ups than the communicator has ranks");
             close(fd);
             continue;
         }
@@ -968,8 +937,7 @@ static collResult_t verbs_close(struct coll_conn *base)
     if (base->peer < 0) {
         struct verbs_listener *lis = coll_container_of(base, struct verbs_listener, base);
         close(lis->lfd);
-        for (int i = 0; i < lis->hellos.npend; i++)
-            close(lis->pend[i].fd);
+        coll_hellos_fini(&lis->hellos);
         for (int i = 0; i < lis->nready; i++)
             verbs_conn_free(coll_container_of(lis->ready[i], struct verbs_conn, base));
         free(lis->ready);

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "collective.h"
+#include "verbs_wire.h"
 
 /* The device a communicator uses, opened once in init and closed in fini. */
 struct verbs_dev {
@@ -21,16 +22,6 @@ struct verbs_dev {
     uint16_t lid;
     enum ibv_mtu mtu;    /* the port's active MTU */
     uint32_t max_msg_sz;
-};
-
-/* One side's half of a queue pair connection, as exchanged at set-up. */
-struct verbs_qp_info {
-    uint32_t qpn;
-    uint32_t psn;
-    uint8_t gid[16];
-    uint16_t lid;
-    uint8_t mtu;         /* enum ibv_mtu */
-    uint8_t global;      /* 1: address by GID (GRH), 0: by LID */
 };
 
 /* Opens the device and port COLL_IB_HCA selects (the first active port of the

@@ -1,0 +1,252 @@
+/* The checks of bytes from the network (lib/wire.h).  Pure: no I/O, no logging,
+ * no allocation, so the fuzz targets in tests/fuzz run them as they are. */
+#include "wire.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+bool coll_wire_secret_equal(const uint8_t *a, const uint8_t *b)
+{
+    uint8_t diff = 0;
+    for (int i = 0; i < COLL_SECRET_BYTES; i++)
+        diff |= (uint8_t)(a[i] ^ b[i]);
+    return diff == 0;
+}
+
+enum coll_wire_verdict coll_wire_prefix(const void *buf, size_t got, uint32_t magic,
+                                        const uint8_t *secret)
+{
+    const uint8_t *b = buf;
+    if (got >= sizeof(uint32_t)) {
+        uint32_t m;
+        memcpy(&m, b, sizeof(m));
+        if (m != magic)
+            return COLL_WIRE_BAD_MAGIC;
+    }
+    if (got < sizeof(uint32_t) + COLL_SECRET_BYTES)
+        return COLL_WIRE_MORE;
+    return coll_wire_secret_equal(b + sizeof(uint32_t), secret) ? COLL_WIRE_OK
+                                                                : COLL_WIRE_BAD_SECRET;
+}
+
+bool coll_wire_addr_ok(const union coll_sockaddr *addr, uint32_t addrlen)
+{
+    if (addr->sa.sa_family == AF_INET)
+        return addrlen == sizeof(struct sockaddr_in) && addr->in.sin_port != 0;
+    if (addr->sa.sa_family == AF_INET6)
+        return addrlen == sizeof(struct sockaddr_in6) && addr->in6.sin6_port != 0;
+    return false;
+}
+
+static enum coll_wire_verdict wire_bad(const char *why, const char **why_p)
+{
+    if (why_p)
+        *why_p = why;
+    return COLL_WIRE_BAD_FIELD;
+}
+
+enum coll_wire_verdict coll_wire_rank_info(const void *buf, size_t len, int rank,
+                                           struct coll_rank_info *out, const char **why_p)
+{
+    struct coll_rank_info in;
+    if (len != sizeof(in))
+        return wire_bad("rank info of the wrong size", why_p);
+    memcpy(&in, buf, sizeof(in));
+    if (in.rank != rank)
+        return wire_bad("rank info for another rank", why_p);
+    if (!coll_wire_addr_ok(&in.boot_addr, in.boot_addrlen))
+        return wire_bad("bootstrap address of a bad family or length", why_p);
+    if (in.tp_mask >> COLL_MAX_TRANSPORTS)
+        return wire_bad("transport mask names transports that do not exist", why_p);
+    in.host[sizeof(in.host) - 1] = '\0';
+    *out = in;
+    return COLL_WIRE_OK;
+}
+
+enum coll_wire_verdict coll_wire_boot_register(const void *buf, size_t got, const uint8_t *secret,
+                                               struct coll_boot_register *out,
+                                               const char **why_p)
+{
+    enum coll_wire_verdict v = coll_wire_prefix(buf, got, COLL_BOOT_MAGIC, secret);
+    if (v != COLL_WIRE_OK)
+        return v;
+    struct coll_boot_register reg;
+    if (got < sizeof(reg))
+        return COLL_WIRE_MORE;
+    if (got > sizeof(reg))
+        return wire_bad("registration longer than its format", why_p);
+    memcpy(&reg, buf, sizeof(reg));
+    if (reg.nranks < 1 || reg.nranks > COLL_WIRE_MAX_NRANKS)
+        return wire_bad("nranks outside [1, 2^20]", why_p);
+    if (reg.rank < 0 || reg.rank >= reg.nranks)
+        return wire_bad("rank outside [0, nranks)", why_p);
+    v = coll_wire_rank_info(&reg.info, sizeof(reg.info), reg.rank, &reg.info, why_p);
+    if (v != COLL_WIRE_OK)
+        return v;
+    *out = reg;
+    return COLL_WIRE_OK;
+}
+
+enum coll_wire_verdict coll_wire_ring_hello(const void *buf, size_t got, const uint8_t *secret,
+                                            int prev, const char **why_p)
+{
+    enum coll_wire_verdict v = coll_wire_prefix(buf, got, COLL_BOOT_MAGIC, secret);
+    if (v != COLL_WIRE_OK)
+        return v;
+    struct coll_boot_ring_hello h;
+    if (got < sizeof(h))
+        return COLL_WIRE_MORE;
+    if (got > sizeof(h))
+        return wire_bad("ring hello longer than its format", why_p);
+    memcpy(&h, buf, sizeof(h));
+    if (h.rank != prev)
+        return wire_bad("ring hello from a rank that is not the previous one", why_p);
+    return COLL_WIRE_OK;
+}
+
+enum coll_wire_verdict coll_wire_boot_reply(const void *buf, size_t len,
+                                            struct coll_boot_reply *out, const char **why_p)
+{
+    struct coll_boot_reply rep;
+    if (len != sizeof(rep))
+        return wire_bad("answer of the wrong size", why_p);
+    memcpy(&rep, buf, sizeof(rep));
+    if (rep.magic != COLL_BOOT_MAGIC) {
+        if (why_p)
+            *why_p = "answer without the bootstrap magic";
+        return COLL_WIRE_BAD_MAGIC;
+    }
+    /* The status is returned to the application: only a result it knows. */
+    if (rep.status < collSuccess || rep.status >= collNumResults || rep.status == collInProgress)
+        rep.status = collRemoteError;
+    rep.msg[sizeof(rep.msg) - 1] = '\0';
+    *out = rep;
+    return COLL_WIRE_OK;
+}
+
+enum coll_wire_verdict coll_wire_rank_table(const void *buf, size_t len, int nranks,
+                                            struct coll_rank_info *out, const char **why_p)
+{
+    if (nranks < 1 || nranks > COLL_WIRE_MAX_NRANKS ||
+        len != (size_t)nranks * sizeof(struct coll_rank_info))
+        return wire_bad("rank table of the wrong size", why_p);
+    const char *b = buf;
+    for (int k = 0; k < nranks; k++) {
+        enum coll_wire_verdict v =
+            coll_wire_rank_info(b + (size_t)k * sizeof(*out), sizeof(*out), k, &out[k], why_p);
+        if (v != COLL_WIRE_OK)
+            return v;
+    }
+    return COLL_WIRE_OK;
+}
+
+enum coll_wire_verdict coll_wire_id(const void *buf, size_t len, struct coll_id *out,
+                                    const char **why_p)
+{
+    struct coll_id id;
+    if (len < sizeof(id))
+        return wire_bad("id shorter than its format", why_p);
+    memcpy(&id, buf, sizeof(id));
+    if (id.magic != COLL_ID_MAGIC || id.format != COLL_ID_FORMAT) {
+        if (why_p)
+            *why_p = "not made by collGetUniqueId (or of another version)";
+        return COLL_WIRE_BAD_MAGIC;
+    }
+    if (id.root_is_rank0 > 1)
+        return wire_bad("root_is_rank0 is neither 0 nor 1", why_p);
+    if (!coll_wire_addr_ok(&id.addr, id.addrlen))
+        return wire_bad("root address of a bad family, length or port", why_p);
+    *out = id;
+    return COLL_WIRE_OK;
+}
+
+bool coll_wire_split_hostport(const char *s, char *host, size_t hostlen, uint16_t *port_p,
+                              char *err, size_t errlen)
+{
+    const char *port_s;
+    size_t hl;
+    if (s == NULL || *s == '\0') {
+        snprintf(err, errlen, "empty address");
+        return false;
+    }
+    if (s[0] == '[') {
+        const char *close_b = strchr(s, ']');
+        if (close_b == NULL || close_b[1] != ':' || close_b == s + 1) {
+            snprintf(err, errlen, "address '%.100s' is not [ipv6]:port", s);
+            return false;
+        }
+        hl = (size_t)(close_b - s - 1);
+        s++;
+        port_s = close_b + 2;
+    } else {
+        const char *colon = strrchr(s, ':');
+        if (colon == NULL || colon == s) {
+            snprintf(err, errlen, "address '%.100s' is not host:port", s);
+            return false;
+        }
+        hl = (size_t)(colon - s);
+        port_s = colon + 1;
+    }
+    if (hl >= hostlen) {
+        snprintf(err, errlen, "host in '%.100s' is longer than %zu bytes", s, hostlen - 1);
+        return false;
+    }
+    memcpy(host, s, hl);
+    host[hl] = '\0';
+    long port = 0;
+    const char *p = port_s;
+    /* Digits only, at most 5: no sign, no spaces, no overflow. */
+    for (; *p >= '0' && *p <= '9' && p - port_s < 5; p++)
+        port = port * 10 + (*p - '0');
+    if (p == port_s || *p != '\0' || port < 1 || port > 65535) {
+        snprintf(err, errlen, "port '%.20s' is not 1-65535", port_s);
+        return false;
+    }
+    *port_p = (uint16_t)port;
+    return true;
+}
+
+static int wire_hex_digit(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+bool coll_wire_secret_text(const char *hostport, const char *secret_hex, uint8_t *secret,
+                           char *err, size_t errlen)
+{
+    memset(secret, 0, COLL_SECRET_BYTES);
+    if (secret_hex == NULL) {
+        /* Keeps apart only jobs that use different addresses. */
+        uint64_t h1 = 1469598103934665603ULL, h2 = 0x9e3779b97f4a7c15ULL;
+        for (const char *p = hostport; *p; p++) {
+            h1 = (h1 ^ (uint8_t)*p) * 1099511628211ULL;
+            h2 = (h2 ^ (uint8_t)*p) * 0x100000001b3ULL + (h2 >> 29);
+        }
+        memcpy(secret, &h1, 8);
+        memcpy(secret + 8, &h2, 8);
+        return true;
+    }
+    size_t n = strlen(secret_hex);
+    if (n == 0 || n % 2 != 0) {
+        snprintf(err, errlen, "COLL_SECRET must be an even number of hex digits");
+        return false;
+    }
+    /* Any length of hex: folded into the secret bytes. */
+    for (size_t i = 0; i < n; i += 2) {
+        int hi = wire_hex_digit(secret_hex[i]), lo = wire_hex_digit(secret_hex[i + 1]);
+        if (hi < 0 || lo < 0) {
+            snprintf(err, errlen, "COLL_SECRET has a non-hex digit at position %zu",
+                     hi < 0 ? i : i + 1);
+            return false;
+        }
+        secret[(i / 2) % COLL_SECRET_BYTES] ^= (uint8_t)(hi << 4 | lo);
+    }
+    return true;
+}

@@ -1,0 +1,83 @@
+/* Writes the seed corpus of each fuzz target from valid messages (and a few
+ * near misses), so that the fuzzer starts past the magic and the secret:
+ *
+ *   fuzz_seeds DIR     creates DIR/boot_root, DIR/boot_rank, DIR/hello, DIR/id */
+#include <errno.h>
+#include <sys/stat.h>
+
+#include "fuzz.h"
+
+static const char *seed_dir;
+static int seed_failed;
+
+/* Writes one seed: a selector byte then the message. */
+static void seed(const char *target, const char *name, uint8_t sel, const void *msg, size_t len)
+{
+    char path[1024];
+    snprintf(path, sizeof(path), "%s/%s", seed_dir, target);
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) {
+        perror(path);
+        seed_failed = 1;
+        return;
+    }
+    snprintf(path, sizeof(path), "%s/%s/%s", seed_dir, target, name);
+    FILE *f = fopen(path, "wb");
+    if (f == NULL || fwrite(&sel, 1, 1, f) != 1 || (len && fwrite(msg, len, 1, f) != 1)) {
+        perror(path);
+        seed_failed = 1;
+    }
+    if (f)
+        fclose(f);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc != 2) {
+        fprintf(stderr, "usage: %s DIR\n", argv[0]);
+        return 2;
+    }
+    seed_dir = argv[1];
+    /* The root and the ring listener: whole registrations (as one read and in
+     * steps of 1 and 7 bytes), a ring hello, another job's secret. */
+    struct coll_boot_register reg = fuzz_register(2);
+    seed("boot_root", "register-whole", 63, &reg, sizeof(reg));
+    seed("boot_root", "register-bytewise", 0, &reg, sizeof(reg));
+    seed("boot_root", "register-step7", 6, &reg, sizeof(reg));
+    struct coll_boot_ring_hello rh = fuzz_ring_hello(1);
+    seed("boot_root", "ring-hello-from-1", 1, &rh, sizeof(rh));
+    reg.secret[3] ^= 1;
+    seed("boot_root", "register-other-secret", 63, &reg, sizeof(reg));
+
+    /* A rank reading the root: the answer and a table of 4, and a refusal. */
+    struct {
+        struct coll_boot_reply rep;
+        struct coll_rank_info table[FUZZ_NRANKS];
+    } ok = {.rep = {.magic = COLL_BOOT_MAGIC, .status = collSuccess}};
+    for (int k = 0; k < FUZZ_NRANKS; k++)
+        ok.table[k] = fuzz_rank_info(k);
+    seed("boot_rank", "reply-table-4", FUZZ_NRANKS - 1, &ok, sizeof(ok));
+    struct coll_boot_reply no = {.magic = COLL_BOOT_MAGIC, .status = collInvalidUsage};
+    snprintf(no.msg, sizeof(no.msg), "duplicate rank 1");
+    seed("boot_rank", "reply-refused", 0, &no, sizeof(no));
+
+    /* Hellos and handles of both transports. */
+    struct tcp_hello th = fuzz_tcp_hello(3, 1, 2);
+    seed("hello", "tcp-hello", 0, &th, sizeof(th));
+    struct verbs_hello vh = fuzz_verbs_hello(1);
+    seed("hello", "verbs-hello", 1, &vh, sizeof(vh));
+    struct coll_rank_info info = fuzz_rank_info(0);
+    seed("hello", "tcp-handle", 2, info.tp_handle[0], sizeof(struct tcp_handle));
+    struct verbs_handle vhd = fuzz_verbs_handle();
+    seed("hello", "verbs-handle", 3, &vhd, sizeof(vhd));
+
+    /* Ids: binary as collGetUniqueId makes it, and COLL_COMM_ID text. */
+    struct coll_id id = fuzz_id();
+    seed("id", "id-binary", 0, &id, sizeof(id));
+    static const char v4[] = "127.0.0.1:29500\0" "00112233445566778899aabbccddeeff";
+    seed("id", "text-v4-secret", 1, v4, sizeof(v4) - 1);
+    static const char v6[] = "[::1]:29500";
+    seed("id", "text-v6", 1, v6, sizeof(v6) - 1);
+    static const char name[] = "node-17.cluster:1234\0" "abCD";
+    seed("id", "text-name-short-secret", 1, name, sizeof(name) - 1);
+    return seed_failed;
+}
