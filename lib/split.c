@@ -32,29 +32,7 @@
 #include "internal.h"
 #include "socket.h"
 #include "stream.h"
-
-#define SHRINK_MAGIC 0x4b524853u /* "SHRK" */
-#define SHRINK_MSG_BYTES 160
-
-struct shrink_join {
-    uint32_t magic;
-    uint8_t secret[COLL_SECRET_BYTES];
-    uint32_t epoch;
-    int32_t rank;       /* in the old communicator */
-    uint32_t flags;
-    uint64_t excl_hash; /* of the exclusion list, to check agreement */
-};
-
-struct shrink_reply {
-    uint32_t magic;
-    uint8_t secret[COLL_SECRET_BYTES];
-    uint32_t epoch;
-    int32_t status;     /* collInProgress: joined, wait; else the result */
-    int32_t nranks;     /* of the new communicator */
-    int32_t rank;       /* the receiver's rank in it */
-    struct coll_id id;
-    char msg[SHRINK_MSG_BYTES];
-};
+#include "wire.h"
 
 /* ---------------------------------------------------------------- split --- */
 
@@ -158,18 +136,10 @@ static uint64_t shrink_hash(const bool *excluded, int n)
     return h;
 }
 
-static bool shrink_secret_ok(const struct coll_comm *comm, const uint8_t *s)
-{
-    uint8_t diff = 0;
-    for (int i = 0; i < COLL_SECRET_BYTES; i++)
-        diff |= (uint8_t)(s[i] ^ comm->secret[i]);
-    return diff == 0;
-}
-
-static void shrink_reply_init(const struct shrink *sh, struct shrink_reply *rep, int status)
+static void shrink_reply_init(const struct shrink *sh, struct coll_shrink_reply *rep, int status)
 {
     memset(rep, 0, sizeof(*rep));
-    rep->magic = SHRINK_MAGIC;
+    rep->magic = COLL_SHRINK_MAGIC;
     memcpy(rep->secret, sh->comm->secret, COLL_SECRET_BYTES);
     rep->epoch = sh->comm->shrinks;
     rep->status = status;
@@ -178,16 +148,19 @@ static void shrink_reply_init(const struct shrink *sh, struct shrink_reply *rep,
 /* A reply on fd that is valid for this shrink, or an error (the connection went
  * away, timed out, or showed no secret). */
 static collResult_t shrink_read_reply(const struct shrink *sh, int fd, int64_t deadline,
-                                      struct shrink_reply *rep)
+                                      struct coll_shrink_reply *rep)
 {
     int err;
-    collResult_t res = coll_socket_recv_all(fd, rep, sizeof(*rep), deadline, &err);
+    struct coll_shrink_reply raw;
+    collResult_t res = coll_socket_recv_all(fd, &raw, sizeof(raw), deadline, &err);
     if (res != collSuccess)
         return res;
-    if (rep->magic != SHRINK_MAGIC || !shrink_secret_ok(sh->comm, rep->secret) ||
-        rep->epoch != sh->comm->shrinks)
+    const char *why = "";
+    if (coll_wire_shrink_reply(&raw, sizeof(raw), sh->comm->secret, sh->comm->shrinks,
+                               sh->comm->nranks, rep, &why) != COLL_WIRE_OK) {
+        COLL_WARN("shrink: dropped an answer: %s", why);
         return collRemoteError;
-    rep->msg[SHRINK_MSG_BYTES - 1] = '\0';
+    }
     return collSuccess;
 }
 
@@ -202,7 +175,7 @@ static collResult_t shrink_connect(const struct shrink *sh, int r, int64_t deadl
 
 /* As a member: joins coordinator c.  *answered: c acknowledged (it is the
  * coordinator); then the result is in *rep. */
-static collResult_t shrink_join(const struct shrink *sh, int c, struct shrink_reply *rep,
+static collResult_t shrink_join(const struct shrink *sh, int c, struct coll_shrink_reply *rep,
                                 bool *answered)
 {
     struct coll_comm *comm = sh->comm;
@@ -212,7 +185,7 @@ static collResult_t shrink_join(const struct shrink *sh, int c, struct shrink_re
     collResult_t res = shrink_connect(sh, c, deadline, &fd);
     if (res != collSuccess)
         return res;
-    struct shrink_join j = {.magic = SHRINK_MAGIC, .epoch = comm->shrinks, .rank = comm->rank,
+    struct coll_shrink_join j = {.magic = COLL_SHRINK_MAGIC, .epoch = comm->shrinks, .rank = comm->rank,
                             .flags = (uint32_t)sh->flags, .excl_hash = sh->excl_hash};
     memcpy(j.secret, comm->secret, COLL_SECRET_BYTES);
     res = coll_socket_send_all(fd, &j, sizeof(j), deadline, &err);
@@ -232,7 +205,7 @@ struct shrink_client {
     int fd;
     size_t got;
     int64_t since;
-    struct shrink_join j;
+    struct coll_shrink_join j;
 };
 
 /* As the coordinator: collects the joins of the other survivors, then sends
@@ -283,25 +256,27 @@ static collResult_t shrink_coordinate(struct shrink *sh, bool *want, struct coll
             bool drop = got == 0 && p[i + 1].revents != 0;
             drop |= got < 0 && errno != EAGAIN && errno != EINTR;
             drop |= c->got < sizeof(c->j) && now - c->since > 2000000000LL; /* stray, slow */
-            bool whole = !drop && c->got == sizeof(c->j);
-            bool valid = whole && c->j.magic == SHRINK_MAGIC &&
-                         shrink_secret_ok(comm, c->j.secret) && c->j.epoch == comm->shrinks &&
-                         c->j.rank >= 0 && c->j.rank < n && want[c->j.rank] &&
-                         joined[c->j.rank] < 0;
-            if (!drop && !whole)
+            struct coll_shrink_join j;
+            const char *why = "";
+            enum coll_wire_verdict v = coll_wire_shrink_join(&c->j, c->got, comm->secret,
+                                                             comm->shrinks, n, &j, &why);
+            if (!drop && v == COLL_WIRE_MORE)
                 continue;
+            bool valid = !drop && v == COLL_WIRE_OK && want[j.rank] && joined[j.rank] < 0;
             int fd = c->fd;
-            struct shrink_join j = c->j;
             cl[i] = cl[--ncl];
             if (!valid) {
                 if (!refused_logged)
-                    COLL_WARN("shrink: refused a connection on the bootstrap listener: not a "
-                              "join of this shrink (logged once)");
+                    COLL_WARN("shrink: dropped a connection on the bootstrap listener: %s "
+                              "(later drops are not logged)",
+                              drop ? "it sent nothing whole within 2 s, or closed"
+                              : v == COLL_WIRE_OK ? "a rank that is not expected, or twice"
+                                                  : why);
                 refused_logged = true;
                 close(fd);
                 continue;
             }
-            struct shrink_reply rep;
+            struct coll_shrink_reply rep;
             int err;
             if (j.excl_hash != sh->excl_hash || j.flags != (uint32_t)sh->flags) {
                 shrink_reply_init(sh, &rep, collInvalidUsage);
@@ -356,7 +331,7 @@ static collResult_t shrink_coordinate(struct shrink *sh, bool *want, struct coll
     for (int r = 0; r < n; r++) {
         if (joined[r] < 0)
             continue;
-        struct shrink_reply rep;
+        struct coll_shrink_reply rep;
         shrink_reply_init(sh, &rep, res);
         if (res == collSuccess) {
             rep.nranks = size;
@@ -388,7 +363,7 @@ static collResult_t shrink_run(struct shrink *sh, collComm_t *newcomm, const col
     struct coll_comm *comm = sh->comm;
     int n = comm->nranks, me = comm->rank;
     bool detect = sh->flags & COLL_SHRINK_DETECT;
-    struct shrink_reply rep;
+    struct coll_shrink_reply rep;
     collResult_t res = collSuccess;
     /* Find the coordinator: the lowest survivor. */
     for (int r = 0; r < me; r++) {
@@ -408,12 +383,6 @@ static collResult_t shrink_run(struct shrink *sh, collComm_t *newcomm, const col
                                         : "did not answer (exclude it, or pass "
                                           "COLL_SHRINK_DETECT)");
                 return res;
-            }
-            if (rep.nranks < 1 || rep.nranks > n || rep.rank < 1 || rep.rank >= rep.nranks ||
-                rep.id.magic != COLL_ID_MAGIC || rep.id.addrlen == 0 ||
-                rep.id.addrlen > sizeof(rep.id.addr)) {
-                coll_set_error(comm, "collCommShrink: rank %d sent a malformed answer", r);
-                return collRemoteError;
             }
             COLL_INFO(COLL_SUBSYS_INIT, "shrink: rank %d of %d in the new communicator "
                       "(coordinator: old rank %d)", rep.rank, rep.nranks, r);

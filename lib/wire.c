@@ -125,6 +125,69 @@ enum coll_wire_verdict coll_wire_boot_reply(const void *buf, size_t len,
     return COLL_WIRE_OK;
 }
 
+enum coll_wire_verdict coll_wire_shrink_join(const void *buf, size_t got, const uint8_t *secret,
+                                             uint32_t epoch, int nranks,
+                                             struct coll_shrink_join *out, const char **why_p)
+{
+    enum coll_wire_verdict v = coll_wire_prefix(buf, got, COLL_SHRINK_MAGIC, secret);
+    if (v != COLL_WIRE_OK) {
+        if (why_p)
+            *why_p = v == COLL_WIRE_BAD_MAGIC ? "not a shrink join"
+                     : v == COLL_WIRE_BAD_SECRET ? "a shrink join without the secret" : NULL;
+        return v;
+    }
+    if (got < sizeof(*out))
+        return COLL_WIRE_MORE;
+    if (got > sizeof(*out))
+        return wire_bad("shrink join of the wrong size", why_p);
+    struct coll_shrink_join j;
+    memcpy(&j, buf, sizeof(j));
+    if (j.epoch != epoch)
+        return wire_bad("shrink join of another shrink (epoch)", why_p);
+    if (j.rank < 0 || j.rank >= nranks)
+        return wire_bad("shrink join from a rank outside the communicator", why_p);
+    *out = j;
+    return COLL_WIRE_OK;
+}
+
+enum coll_wire_verdict coll_wire_shrink_reply(const void *buf, size_t len, const uint8_t *secret,
+                                              uint32_t epoch, int nranks,
+                                              struct coll_shrink_reply *out,
+                                              const char **why_p)
+{
+    struct coll_shrink_reply rep;
+    if (len != sizeof(rep))
+        return wire_bad("shrink answer of the wrong size", why_p);
+    enum coll_wire_verdict v = coll_wire_prefix(buf, len, COLL_SHRINK_MAGIC, secret);
+    if (v != COLL_WIRE_OK) {
+        if (why_p)
+            *why_p = "shrink answer without the magic and the secret";
+        return v;
+    }
+    memcpy(&rep, buf, sizeof(rep));
+    if (rep.epoch != epoch)
+        return wire_bad("shrink answer of another shrink (epoch)", why_p);
+    rep.msg[sizeof(rep.msg) - 1] = '\0';
+    if (rep.status == collInProgress) {
+        *out = rep;
+        return COLL_WIRE_OK;
+    }
+    if (rep.status < collSuccess || rep.status >= collNumResults)
+        rep.status = collRemoteError;
+    if (rep.status == collSuccess) {
+        if (rep.nranks < 1 || rep.nranks > nranks)
+            return wire_bad("shrink answer: new size out of range", why_p);
+        if (rep.rank < 1 || rep.rank >= rep.nranks)
+            return wire_bad("shrink answer: new rank out of range", why_p);
+        struct coll_id id;
+        if (coll_wire_id(&rep.id, sizeof(rep.id), &id, why_p) != COLL_WIRE_OK)
+            return COLL_WIRE_BAD_FIELD;
+        rep.id = id;
+    }
+    *out = rep;
+    return COLL_WIRE_OK;
+}
+
 enum coll_wire_verdict coll_wire_rank_table(const void *buf, size_t len, int nranks,
                                             struct coll_rank_info *out, const char **why_p)
 {

@@ -98,6 +98,48 @@ enum coll_wire_verdict coll_wire_rank_table(const void *buf, size_t len, int nra
 enum coll_wire_verdict coll_wire_id(const void *buf, size_t len, struct coll_id *out,
                                     const char **why_p);
 
+/* collCommShrink (lib/split.c), on the survivors' bootstrap listeners. */
+#define COLL_SHRINK_MAGIC 0x4b524853u /* "SHRK" */
+#define COLL_SHRINK_MSG_BYTES 160
+
+/* member -> coordinator */
+struct coll_shrink_join {
+    uint32_t magic;
+    uint8_t secret[COLL_SECRET_BYTES];
+    uint32_t epoch;     /* shrinks of the communicator so far */
+    int32_t rank;       /* in the old communicator */
+    uint32_t flags;
+    uint64_t excl_hash; /* of the exclusion list, to check agreement */
+};
+
+/* coordinator -> member: first an acknowledgement (status collInProgress), then
+ * the result. */
+struct coll_shrink_reply {
+    uint32_t magic;
+    uint8_t secret[COLL_SECRET_BYTES];
+    uint32_t epoch;
+    int32_t status;     /* collInProgress: joined, wait; else the result */
+    int32_t nranks;     /* of the new communicator */
+    int32_t rank;       /* the receiver's rank in it */
+    struct coll_id id;
+    char msg[COLL_SHRINK_MSG_BYTES];
+};
+
+/* A join of shrink `epoch` of a communicator of nranks ranks, of which got bytes
+ * have come: the rank is one of the communicator's. */
+enum coll_wire_verdict coll_wire_shrink_join(const void *buf, size_t got, const uint8_t *secret,
+                                             uint32_t epoch, int nranks,
+                                             struct coll_shrink_join *out, const char **why_p);
+
+/* The coordinator's answer to shrink `epoch` of a communicator of nranks ranks:
+ * a status that is a collResult_t (anything else reads as collRemoteError); on
+ * collSuccess a new size in [1, nranks], the receiver's new rank in [1, size)
+ * (the coordinator is new rank 0) and a valid id; msg NUL-terminated. */
+enum coll_wire_verdict coll_wire_shrink_reply(const void *buf, size_t len, const uint8_t *secret,
+                                              uint32_t epoch, int nranks,
+                                              struct coll_shrink_reply *out,
+                                              const char **why_p);
+
 /* "host:port" or "[v6]:port" split into host (NUL-terminated, hostlen bytes at
  * most) and a port 1-65535.  False with a message in err when malformed. */
 bool coll_wire_split_hostport(const char *s, char *host, size_t hostlen, uint16_t *port_p,

@@ -1,7 +1,7 @@
 /* Writes the seed corpus of each fuzz target from valid messages (and a few
  * near misses), so that the fuzzer starts past the magic and the secret:
  *
- *   fuzz_seeds DIR     creates DIR/boot_root, DIR/boot_rank, DIR/hello, DIR/id */
+ *   fuzz_seeds DIR     creates DIR/boot_root, DIR/boot_rank, DIR/hello, DIR/id, DIR/shrink */
 #include <errno.h>
 #include <sys/stat.h>
 
@@ -79,5 +79,19 @@ int main(int argc, char **argv)
     seed("id", "text-v6", 1, v6, sizeof(v6) - 1);
     static const char name[] = "node-17.cluster:1234\0" "abCD";
     seed("id", "text-name-short-secret", 1, name, sizeof(name) - 1);
+    /* Shrink: a join from rank 2 of 4, an acknowledgement, an answer. */
+    struct coll_shrink_join sj = {.magic = COLL_SHRINK_MAGIC, .epoch = 3, .rank = 2,
+                                  .flags = 0x11, .excl_hash = 12345};
+    memcpy(sj.secret, fuzz_secret, COLL_SECRET_BYTES);
+    seed("shrink", "join", 3 << 1, &sj, sizeof(sj));
+    struct coll_shrink_reply sr = {.magic = COLL_SHRINK_MAGIC, .epoch = 3,
+                                   .status = collInProgress};
+    memcpy(sr.secret, fuzz_secret, COLL_SECRET_BYTES);
+    seed("shrink", "ack", 1 | (3 << 1), &sr, sizeof(sr));
+    sr.status = collSuccess;
+    sr.nranks = 3;
+    sr.rank = 2;
+    sr.id = fuzz_id();
+    seed("shrink", "answer", 1 | (3 << 1), &sr, sizeof(sr));
     return seed_failed;
 }
