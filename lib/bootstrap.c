@@ -572,15 +572,22 @@ collResult_t coll_bootstrap_barrier(struct coll_comm *comm)
 
 #define BOOT_FAILURE_NOTICE 'F'
 
+/* A notice: 'F', then the rank the failure is blamed on (int32, -1: unknown),
+ * passed on unchanged, so that every rank can name it. */
+struct boot_notice {
+    char tag;
+    int32_t culprit;
+} __attribute__((packed));
+
 void coll_bootstrap_notify_failure(struct coll_comm *comm)
 {
     if (!comm->boot_watch)
         return; /* during init the ring carries init's own messages */
-    char b = BOOT_FAILURE_NOTICE;
+    struct boot_notice msg = {BOOT_FAILURE_NOTICE, atomic_load(&comm->failed_peer)};
     int fds[2] = {comm->boot_prev_fd, comm->boot_next_fd};
     for (int i = 0; i < 2; i++)
         if (fds[i] >= 0)
-            (void)send(fds[i], &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+            (void)send(fds[i], &msg, sizeof(msg), MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
 int coll_bootstrap_notice_fds(struct coll_comm *comm, struct pollfd *pfds)
@@ -599,14 +606,26 @@ collResult_t coll_bootstrap_notice_check(struct coll_comm *comm, const struct po
         if (pfds[i].revents == 0)
             continue;
         int side = pfds[i].fd == comm->boot_prev_fd ? 0 : 1;
-        char b = 0;
-        ssize_t got = recv(pfds[i].fd, &b, 1, MSG_DONTWAIT);
-        if (got == 1 && b == BOOT_FAILURE_NOTICE) {
+        struct boot_notice msg = {0, -1};
+        ssize_t got = recv(pfds[i].fd, &msg, sizeof(msg), MSG_DONTWAIT);
+        if (got >= 1 && msg.tag == BOOT_FAILURE_NOTICE) {
             int nr = comm->nranks;
             int prev = (comm->rank - 1 + nr) % nr, next = (comm->rank + 1) % nr;
-            coll_set_error(comm, "%s #%llu: the communicator failed elsewhere (notice from "
-                           "rank %d, which failed or heard of a failure)", comm->op_name,
-                           (unsigned long long)comm->seq, side == 0 ? prev : next);
+            int from = side == 0 ? prev : next;
+            int culprit = got == (ssize_t)sizeof(msg) && msg.culprit >= 0 && msg.culprit < nr &&
+                                  msg.culprit != comm->rank
+                              ? msg.culprit
+                              : -1;
+            if (culprit >= 0)
+                coll_set_error(comm, "%s #%llu: the communicator failed elsewhere: rank %d "
+                               "(%.64s) failed or was cut off (passed on by rank %d)",
+                               comm->op_name, (unsigned long long)comm->seq, culprit,
+                               comm->peers[culprit].info.host, from);
+            else
+                coll_set_error(comm, "%s #%llu: the communicator failed elsewhere (notice "
+                               "from rank %d, which failed or heard of a failure)",
+                               comm->op_name, (unsigned long long)comm->seq, from);
+            coll_comm_blame(comm, culprit);
             coll_comm_poison(comm, collRemoteError);
             return collRemoteError;
         }

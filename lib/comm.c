@@ -36,9 +36,18 @@ void coll_comm_poison(struct coll_comm *comm, collResult_t res)
 {
     int expected = collSuccess;
     if (atomic_compare_exchange_strong(&comm->async_error, &expected, (int)res)) {
-        coll_transport_shutdown_all(comm);
+        /* The notice first: a neighbour that then sees its connection close finds
+         * the notice waiting, and with it the rank to blame. */
         coll_bootstrap_notify_failure(comm);
+        coll_transport_shutdown_all(comm);
     }
+}
+
+void coll_comm_blame(struct coll_comm *comm, int peer)
+{
+    int none = -1;
+    if (atomic_load(&comm->async_error) == collSuccess)
+        atomic_compare_exchange_strong(&comm->failed_peer, &none, peer);
 }
 
 collResult_t coll_comm_scratch(struct coll_comm *comm, size_t bytes, void **p_p)
@@ -247,6 +256,7 @@ static collResult_t comm_alloc(struct coll_comm **comm_p, int nranks, int rank,
     comm->rank = rank;
     comm->nranks = nranks;
     comm->boot_listen_fd = comm->boot_next_fd = comm->boot_prev_fd = -1;
+    atomic_init(&comm->failed_peer, -1);
     comm->timeout_ms = coll_param_int(COLL_PARAM_TIMEOUT_MS);
     if (comm->timeout_ms <= 0)
         comm->timeout_ms = 300000;

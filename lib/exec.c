@@ -32,6 +32,17 @@ void coll_exec_begin(struct coll_comm *comm, const char *op_name)
 /* Describes a failed request: operation, peer, its host and address, cause. */
 static void exec_fail(struct coll_comm *comm, struct coll_conn *c, collResult_t res)
 {
+    /* A peer that closed the connection because it heard of a failure sent its
+     * notice first (coll_comm_poison notifies, then shuts connections down); when
+     * one comes from a ring neighbour, it names the rank to blame. */
+    if (c->err_no == 0 && c->err_text == NULL) {
+        struct pollfd pf[2];
+        int nn = coll_bootstrap_notice_fds(comm, pf);
+        if (nn > 0 && poll(pf, (nfds_t)nn, 10) > 0 &&
+            coll_bootstrap_notice_check(comm, pf, nn) != collSuccess)
+            return;
+    }
+    coll_comm_blame(comm, c->peer);
     const struct coll_rank_info *pi = &comm->peers[c->peer].info;
     char a[COLL_ADDR_STRLEN];
     coll_socket_addr_str((const struct sockaddr *)&pi->boot_addr, a, sizeof(a));
@@ -210,6 +221,7 @@ static void exec_timeout(struct coll_comm *comm, int64_t now, struct coll_req *c
                        (long long)comm->timeout_ms, still,
                        c->is_send ? "to send to" : "to receive from", c->peer, pi->host, a,
                        c->tp->name, bytes, others);
+        coll_comm_blame(comm, c->peer);
     }
     coll_comm_poison(comm, collTimeout);
 }

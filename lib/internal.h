@@ -123,6 +123,7 @@ struct coll_comm {
     atomic_bool finalized;         /* collCommFinalize returned: no new calls */
     uint32_t shrinks;              /* collCommShrink calls on this comm, to tell them apart */
 
+    atomic_int failed_peer;        /* the rank a failure is blamed on, -1: none known */
     _Atomic int async_error;       /* collResult_t that poisoned the comm */
     atomic_bool aborting;
     atomic_int busy;               /* threads inside a call on this comm */
@@ -141,6 +142,10 @@ void coll_set_error(struct coll_comm *comm, const char *fmt, ...)
 /* Poisons comm with res (system/remote/timeout) and shuts connections down so
  * peers blocked on this rank fail fast instead of waiting for their deadline. */
 void coll_comm_poison(struct coll_comm *comm, collResult_t res);
+/* Names the rank a failure about to poison comm is blamed on (the peer a broken
+ * connection or a timed-out wait leads to), for the failure notices; the first
+ * blame stands. */
+void coll_comm_blame(struct coll_comm *comm, int peer);
 const char *coll_result_name(collResult_t result);
 
 /* Monotonic clock in ns. */

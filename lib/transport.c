@@ -268,6 +268,7 @@ static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is
         if (now >= comm->deadline_ns) {
             coll_set_error(comm, "rank %d (%.64s) did not connect within %lld ms", peer,
                            p->info.host, (long long)comm->timeout_ms);
+            coll_comm_blame(comm, peer);
             return collTimeout;
         }
         if (now >= next_probe) {
@@ -276,6 +277,7 @@ static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is
                                "this rank: its bootstrap listener refuses connections",
                                comm->op_name, (unsigned long long)comm->seq, peer,
                                p->info.host);
+                coll_comm_blame(comm, peer);
                 return collRemoteError;
             }
             next_probe = coll_now_ns() + 1000000000LL;
