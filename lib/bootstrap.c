@@ -288,12 +288,21 @@ collResult_t coll_bootstrap_id_from_addr(const char *hostport, const char *secre
  * its table): the caller tries again. */
 static collResult_t boot_register_once(struct coll_comm *comm, const struct coll_id *id,
                                        const struct coll_rank_info *mine, int64_t deadline,
-                                       const char *raddr, int *fd_p, bool *dropped_p)
+                                       const char *raddr, bool again, int *fd_p,
+                                       bool *dropped_p)
 {
     int fd, err;
     *dropped_p = false;
+    /* The first try waits for a root that is not up yet; once it has been up, a
+     * refused connection means it is gone. */
     collResult_t res = coll_socket_connect((const struct sockaddr *)&id->addr, id->addrlen,
-                                           deadline, true, &fd);
+                                           deadline, !again, &fd);
+    if (res != collSuccess && again && errno == ECONNREFUSED) {
+        coll_set_error(comm, "bootstrap: the root %s closed this rank's registration unanswered "
+                       "and now refuses connections: it is gone (the process serving it "
+                       "ended)", raddr);
+        return collRemoteError;
+    }
     if (res != collSuccess) {
         coll_set_error(comm, "bootstrap: cannot reach the root at %s within %lld ms: %s", raddr,
                        (long long)comm->timeout_ms, strerror(errno));
@@ -355,7 +364,7 @@ static collResult_t boot_register(struct coll_comm *comm, const struct coll_id *
             struct timespec ts = {0, 20 * 1000 * 1000};
             nanosleep(&ts, NULL);
         }
-        res = boot_register_once(comm, id, mine, deadline, raddr, &fd, &dropped);
+        res = boot_register_once(comm, id, mine, deadline, raddr, tries > 0, &fd, &dropped);
         if (dropped && coll_now_ns() >= deadline) {
             coll_set_error(comm, "bootstrap: the root %s closed every connection unanswered "
                            "for %lld ms", raddr, (long long)comm->timeout_ms);
