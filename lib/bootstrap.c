@@ -507,7 +507,12 @@ collResult_t coll_bootstrap_init(struct coll_comm *comm, const struct coll_id *i
                                  const struct coll_rank_info *mine)
 {
     int64_t deadline = coll_now_ns() + comm->timeout_ms * 1000000LL;
-    COLL_CHECK(boot_register(comm, id, mine, deadline));
+    /* The root gives up COLL_TIMEOUT_MS after the first registration and then
+     * tells every rank which ranks are missing; a rank waits a second longer than
+     * its own timeout for that answer, which is the useful one (and rank 0, which
+     * may serve the root, must not exit before the root has sent it). */
+    int64_t reg_deadline = deadline + 1000000000LL;
+    COLL_CHECK(boot_register(comm, id, mine, reg_deadline));
     if (comm->nranks > 1)
         COLL_CHECK(boot_ring_link(comm, deadline));
     return collSuccess;
