@@ -201,20 +201,17 @@ static void exec_timeout(struct coll_comm *comm, int64_t now, struct coll_req *c
          * that stopped is the one a send is stuck on. */
         char others[256] = "";
         size_t len = 0;
-        for (int i = 0; i < nreqs && len < sizeof(others) - 1; i++) {
+        for (int i = 0; i < nreqs; i++) {
             if (reqs[i] == NULL || reqs[i]->conn->peer == c->peer)
                 continue;
             int peer = reqs[i]->conn->peer;
             bool seen = false;
             for (int k = 0; k < i && !seen; k++)
                 seen = reqs[k] != NULL && reqs[k]->conn->peer == peer;
-            if (seen)
-                continue;
-            int o = snprintf(others + len, sizeof(others) - len, "%s%d (%.64s)",
-                             len ? ", rank " : "; also waiting for rank ", peer,
-                             comm->peers[peer].info.host);
-            len = o < 0 ? len : len + (size_t)o < sizeof(others) ? len + (size_t)o
-                                                                 : sizeof(others) - 1;
+            if (!seen)
+                coll_buf_printf(others, sizeof(others), &len, "%s%d (%.64s)",
+                                len ? ", rank " : "; also waiting for rank ", peer,
+                                comm->peers[peer].info.host);
         }
         coll_set_error(comm, "%s #%llu timed out after %lld ms%s, waiting %s rank %d "
                        "(%.64s, %s) over %s%s%s", comm->op_name, (unsigned long long)comm->seq,

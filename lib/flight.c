@@ -236,20 +236,6 @@ static const char *const state_names[] = {
     [COLL_FLIGHT_DONE] = "done", [COLL_FLIGHT_FAILED] = "failed",
 };
 
-/* Appends to buf (of cap bytes, *len used) without ever overrunning it. */
-__attribute__((format(printf, 4, 5)))
-static void flight_put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
-{
-    if (*len >= cap)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(buf + *len, cap - *len, fmt, ap);
-    va_end(ap);
-    if (k > 0)
-        *len = *len + (size_t)k < cap ? *len + (size_t)k : cap;
-}
-
 static void flight_put_peer(char *buf, size_t cap, size_t *len, int peer,
                             const struct flight_peer *p, bool first)
 {
@@ -258,11 +244,11 @@ static void flight_put_peer(char *buf, size_t cap, size_t *len, int peer,
     if (peer < 0 && s == 0 && sp == 0 && r == 0 && rp == 0)
         return;
     if (peer >= 0)
-        flight_put(buf, cap, len, "%srank %d", first ? "" : ", ", peer);
+        coll_buf_printf(buf, cap, len, "%srank %d", first ? "" : ", ", peer);
     else
-        flight_put(buf, cap, len, "%sother ranks", first ? "" : ", ");
+        coll_buf_printf(buf, cap, len, "%sother ranks", first ? "" : ", ");
     /* Bytes completed / posted: a receive stuck at 0/N names the silent peer. */
-    flight_put(buf, cap, len, " sent %llu/%llu B recv %llu/%llu B", (unsigned long long)s,
+    coll_buf_printf(buf, cap, len, " sent %llu/%llu B recv %llu/%llu B", (unsigned long long)s,
                (unsigned long long)sp, (unsigned long long)r, (unsigned long long)rp);
 }
 
@@ -278,28 +264,28 @@ static bool flight_format(const struct flight_rec *r, int64_t now, char *line, s
     int state = LDA(r->state), result = LDA(r->result);
     int64_t start = LDA(r->start_ns), end = LDA(r->end_ns);
     size_t len = 0;
-    flight_put(line, cap, &len, "  #%llu %s", seq, name ? name : "?");
+    coll_buf_printf(line, cap, &len, "  #%llu %s", seq, name ? name : "?");
     if (dtype >= 0)
-        flight_put(line, cap, &len, " %llu x %s", count, coll_dtype_name((collDataType_t)dtype));
+        coll_buf_printf(line, cap, &len, " %llu x %s", count, coll_dtype_name((collDataType_t)dtype));
     else
-        flight_put(line, cap, &len, " of %llu message(s)", count);
+        coll_buf_printf(line, cap, &len, " of %llu message(s)", count);
     if (op >= 0)
-        flight_put(line, cap, &len, " %s", coll_op_name((collRedOp_t)op));
+        coll_buf_printf(line, cap, &len, " %s", coll_op_name((collRedOp_t)op));
     if (root >= 0)
-        flight_put(line, cap, &len, " root %d", root);
+        coll_buf_printf(line, cap, &len, " root %d", root);
     if (peer >= 0)
-        flight_put(line, cap, &len, " peer %d", peer);
-    flight_put(line, cap, &len, " via %s: %s", algo ? algo : "?",
+        coll_buf_printf(line, cap, &len, " peer %d", peer);
+    coll_buf_printf(line, cap, &len, " via %s: %s", algo ? algo : "?",
                (unsigned)state < 4 ? state_names[state] : "?");
     if (state == COLL_FLIGHT_FAILED)
-        flight_put(line, cap, &len, " (%s)", coll_result_name((collResult_t)result));
-    flight_put(line, cap, &len, ", started %lld ms ago", (long long)((now - start) / 1000000));
+        coll_buf_printf(line, cap, &len, " (%s)", coll_result_name((collResult_t)result));
+    coll_buf_printf(line, cap, &len, ", started %lld ms ago", (long long)((now - start) / 1000000));
     if (end > 0)
-        flight_put(line, cap, &len, ", took %.1f ms", (double)(end - start) / 1e6);
+        coll_buf_printf(line, cap, &len, ", took %.1f ms", (double)(end - start) / 1e6);
     int n = atomic_load_explicit(&r->npeers, memory_order_acquire);
     if (n > COLL_FLIGHT_PEERS)
         n = COLL_FLIGHT_PEERS;
-    flight_put(line, cap, &len, "%s", n > 0 ? "; " : "");
+    coll_buf_printf(line, cap, &len, "%s", n > 0 ? "; " : "");
     for (int k = 0; k < n; k++)
         flight_put_peer(line, cap, &len, LDA(r->peers[k].peer), &r->peers[k], k == 0);
     flight_put_peer(line, cap, &len, -1, &r->peers[COLL_FLIGHT_PEERS], n == 0);

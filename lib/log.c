@@ -172,3 +172,15 @@ void coll_log_write(enum coll_log_level lvl, uint32_t subsys, const char *file, 
     (void)w;
     errno = saved;
 }
+
+void coll_buf_printf(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+{
+    if (*len >= cap)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(buf + *len, cap - *len, fmt, ap);
+    va_end(ap);
+    if (k > 0)
+        *len = *len + (size_t)k < cap ? *len + (size_t)k : cap;
+}

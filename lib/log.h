@@ -2,6 +2,7 @@
 #ifndef COLL_LOG_H
 #define COLL_LOG_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "config.h" /* COLL_TRACE: read here, wherever log.h is first included */
@@ -29,6 +30,11 @@ enum coll_subsys {
 
 extern int coll_log_level_cur;     /* -1 until initialised */
 extern uint32_t coll_log_mask_cur;
+/* Appends printf output to buf (cap bytes, *len of them used), never past its
+ * end: once it is full, later appends do nothing.  For messages built in pieces. */
+void coll_buf_printf(char *buf, size_t cap, size_t *len, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
 void coll_log_init(void);
 /* Sets the rank shown in this thread's log lines (-1: none). */
 void coll_log_set_rank(int rank);

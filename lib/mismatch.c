@@ -71,20 +71,6 @@ static bool mm_has_root(int func)
     return func == COLL_FUNC_BROADCAST || func == COLL_FUNC_REDUCE;
 }
 
-/* Appends without overrunning buf (cap bytes, *len used). */
-__attribute__((format(printf, 4, 5)))
-static void mm_put(char *buf, size_t cap, size_t *len, const char *fmt, ...)
-{
-    if (*len >= cap)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(buf + *len, cap - *len, fmt, ap);
-    va_end(ap);
-    if (k > 0)
-        *len = *len + (size_t)k < cap ? *len + (size_t)k : cap;
-}
-
 /* "rank 2" or "ranks 0,1,3": the ranks whose descriptor equals d. */
 static void mm_put_ranks(char *buf, size_t cap, size_t *len, const struct mm_desc *all,
                          int nranks, const struct mm_desc *d)
@@ -92,15 +78,15 @@ static void mm_put_ranks(char *buf, size_t cap, size_t *len, const struct mm_des
     int n = 0, listed = 0;
     for (int k = 0; k < nranks; k++)
         n += memcmp(&all[k], d, sizeof(*d)) == 0;
-    mm_put(buf, cap, len, "%s ", n == 1 ? "rank" : "ranks");
+    coll_buf_printf(buf, cap, len, "%s ", n == 1 ? "rank" : "ranks");
     for (int k = 0; k < nranks; k++) {
         if (memcmp(&all[k], d, sizeof(*d)) != 0)
             continue;
         if (listed == 8) {
-            mm_put(buf, cap, len, ",... (%d ranks)", n);
+            coll_buf_printf(buf, cap, len, ",... (%d ranks)", n);
             break;
         }
-        mm_put(buf, cap, len, "%s%d", listed ? "," : "", k);
+        coll_buf_printf(buf, cap, len, "%s%d", listed ? "," : "", k);
         listed++;
     }
 }
@@ -113,21 +99,21 @@ static void mm_put_fields(char *buf, size_t cap, size_t *len, const struct mm_de
     bool all = d->func != ref->func;
     const char *sep = all ? "(" : " with ", *next = all ? ", " : " and ";
     if (all || d->count != ref->count) {
-        mm_put(buf, cap, len, "%scount %llu", sep, (unsigned long long)d->count);
+        coll_buf_printf(buf, cap, len, "%scount %llu", sep, (unsigned long long)d->count);
         sep = next;
     }
     if (all || d->dtype != ref->dtype) {
-        mm_put(buf, cap, len, "%sdatatype %s", sep, coll_dtype_name((collDataType_t)d->dtype));
+        coll_buf_printf(buf, cap, len, "%sdatatype %s", sep, coll_dtype_name((collDataType_t)d->dtype));
         sep = next;
     }
     if (d->op != 0xff && (all || d->op != ref->op)) {
-        mm_put(buf, cap, len, "%sop %s", sep, coll_op_name((collRedOp_t)d->op));
+        coll_buf_printf(buf, cap, len, "%sop %s", sep, coll_op_name((collRedOp_t)d->op));
         sep = next;
     }
     if (d->root >= 0 && (all || d->root != ref->root))
-        mm_put(buf, cap, len, "%sroot %d", sep, (int)d->root);
+        coll_buf_printf(buf, cap, len, "%sroot %d", sep, (int)d->root);
     if (all)
-        mm_put(buf, cap, len, ")");
+        coll_buf_printf(buf, cap, len, ")");
 }
 
 /* Describes how the descriptors differ: each group of ranks that called
@@ -147,7 +133,7 @@ static void mm_describe(struct coll_comm *comm, const struct mm_desc *all)
     }
     char msg[COLL_ERRMSG_BYTES];
     size_t len = 0;
-    mm_put(msg, sizeof(msg), &len, "%s #%llu: the ranks' calls differ (COLL_CHECK_MISMATCH): ",
+    coll_buf_printf(msg, sizeof(msg), &len, "%s #%llu: the ranks' calls differ (COLL_CHECK_MISMATCH): ",
            mm_name(all[comm->rank].func), (unsigned long long)comm->seq);
     int groups = 0;
     for (int k = 0; k < nranks; k++) {
@@ -160,14 +146,14 @@ static void mm_describe(struct coll_comm *comm, const struct mm_desc *all)
             continue;
         const struct mm_desc *d = &all[k], *r = &all[ref];
         if (groups++ > 0)
-            mm_put(msg, sizeof(msg), &len, "; ");
+            coll_buf_printf(msg, sizeof(msg), &len, "; ");
         mm_put_ranks(msg, sizeof(msg), &len, all, nranks, d);
-        mm_put(msg, sizeof(msg), &len, " called %s", mm_name(d->func));
+        coll_buf_printf(msg, sizeof(msg), &len, " called %s", mm_name(d->func));
         mm_put_fields(msg, sizeof(msg), &len, d, r);
-        mm_put(msg, sizeof(msg), &len, ", ");
+        coll_buf_printf(msg, sizeof(msg), &len, ", ");
         mm_put_ranks(msg, sizeof(msg), &len, all, nranks, r);
         if (d->func != r->func)
-            mm_put(msg, sizeof(msg), &len, " called %s", mm_name(r->func));
+            coll_buf_printf(msg, sizeof(msg), &len, " called %s", mm_name(r->func));
         mm_put_fields(msg, sizeof(msg), &len, r, d);
     }
     coll_set_error(comm, "%s", msg);

@@ -305,11 +305,12 @@ static collResult_t shrink_coordinate(struct shrink *sh, bool *want, struct coll
     }
     if (missing > 0 && !(sh->flags & COLL_SHRINK_DETECT)) {
         char msg[COLL_ERRMSG_BYTES / 2];
-        int o = snprintf(msg, sizeof(msg), "ranks that did not join within %lld ms:",
-                         (long long)(sh->timeout_ns / 1000000));
-        for (int r = 0; r < n && o < (int)sizeof(msg) - 8; r++)
+        size_t len = 0;
+        coll_buf_printf(msg, sizeof(msg), &len, "ranks that did not join within %lld ms:",
+                        (long long)(sh->timeout_ns / 1000000));
+        for (int r = 0; r < n; r++)
             if (want[r] && joined[r] < 0)
-                o += snprintf(msg + o, sizeof(msg) - (size_t)o, " %d", r);
+                coll_buf_printf(msg, sizeof(msg), &len, " %d", r);
         coll_set_error(comm, "collCommShrink: %s (exclude them, or pass COLL_SHRINK_DETECT)",
                        msg);
         res = collTimeout;

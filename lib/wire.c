@@ -30,6 +30,23 @@ enum coll_wire_verdict coll_wire_prefix(const void *buf, size_t got, uint32_t ma
                                                                 : COLL_WIRE_BAD_SECRET;
 }
 
+enum coll_wire_verdict coll_wire_fixed(const void *buf, size_t got, uint32_t magic,
+                                       const uint8_t *secret, size_t size, const char *too_long,
+                                       const char **why_p)
+{
+    enum coll_wire_verdict v = coll_wire_prefix(buf, got, magic, secret);
+    if (v != COLL_WIRE_OK)
+        return v;
+    if (got < size)
+        return COLL_WIRE_MORE;
+    if (got > size) {
+        if (why_p)
+            *why_p = too_long;
+        return COLL_WIRE_BAD_FIELD;
+    }
+    return COLL_WIRE_OK;
+}
+
 bool coll_wire_addr_ok(const union coll_sockaddr *addr, uint32_t addrlen)
 {
     if (addr->sa.sa_family == AF_INET)
@@ -68,14 +85,11 @@ enum coll_wire_verdict coll_wire_boot_register(const void *buf, size_t got, cons
                                                struct coll_boot_register *out,
                                                const char **why_p)
 {
-    enum coll_wire_verdict v = coll_wire_prefix(buf, got, COLL_BOOT_MAGIC, secret);
+    struct coll_boot_register reg;
+    enum coll_wire_verdict v = coll_wire_fixed(buf, got, COLL_BOOT_MAGIC, secret, sizeof(reg),
+                                               "registration longer than its format", why_p);
     if (v != COLL_WIRE_OK)
         return v;
-    struct coll_boot_register reg;
-    if (got < sizeof(reg))
-        return COLL_WIRE_MORE;
-    if (got > sizeof(reg))
-        return wire_bad("registration longer than its format", why_p);
     memcpy(&reg, buf, sizeof(reg));
     if (reg.nranks < 1 || reg.nranks > COLL_WIRE_MAX_NRANKS)
         return wire_bad("nranks outside [1, 2^20]", why_p);
@@ -91,14 +105,11 @@ enum coll_wire_verdict coll_wire_boot_register(const void *buf, size_t got, cons
 enum coll_wire_verdict coll_wire_ring_hello(const void *buf, size_t got, const uint8_t *secret,
                                             int prev, const char **why_p)
 {
-    enum coll_wire_verdict v = coll_wire_prefix(buf, got, COLL_BOOT_MAGIC, secret);
+    struct coll_boot_ring_hello h;
+    enum coll_wire_verdict v = coll_wire_fixed(buf, got, COLL_BOOT_MAGIC, secret, sizeof(h),
+                                               "ring hello longer than its format", why_p);
     if (v != COLL_WIRE_OK)
         return v;
-    struct coll_boot_ring_hello h;
-    if (got < sizeof(h))
-        return COLL_WIRE_MORE;
-    if (got > sizeof(h))
-        return wire_bad("ring hello longer than its format", why_p);
     memcpy(&h, buf, sizeof(h));
     if (h.rank != prev)
         return wire_bad("ring hello from a rank that is not the previous one", why_p);
@@ -129,18 +140,13 @@ enum coll_wire_verdict coll_wire_shrink_join(const void *buf, size_t got, const 
                                              uint32_t epoch, int nranks,
                                              struct coll_shrink_join *out, const char **why_p)
 {
-    enum coll_wire_verdict v = coll_wire_prefix(buf, got, COLL_SHRINK_MAGIC, secret);
-    if (v != COLL_WIRE_OK) {
-        if (why_p)
-            *why_p = v == COLL_WIRE_BAD_MAGIC ? "not a shrink join"
-                     : v == COLL_WIRE_BAD_SECRET ? "a shrink join without the secret" : NULL;
-        return v;
-    }
-    if (got < sizeof(*out))
-        return COLL_WIRE_MORE;
-    if (got > sizeof(*out))
-        return wire_bad("shrink join of the wrong size", why_p);
     struct coll_shrink_join j;
+    enum coll_wire_verdict v = coll_wire_fixed(buf, got, COLL_SHRINK_MAGIC, secret, sizeof(j),
+                                               "shrink join longer than its format", why_p);
+    if ((v == COLL_WIRE_BAD_MAGIC || v == COLL_WIRE_BAD_SECRET) && why_p)
+        *why_p = v == COLL_WIRE_BAD_MAGIC ? "not a shrink join" : "a shrink join without the secret";
+    if (v != COLL_WIRE_OK)
+        return v;
     memcpy(&j, buf, sizeof(j));
     if (j.epoch != epoch)
         return wire_bad("shrink join of another shrink (epoch)", why_p);

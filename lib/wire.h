@@ -66,6 +66,14 @@ bool coll_wire_secret_equal(const uint8_t *a, const uint8_t *b);
 enum coll_wire_verdict coll_wire_prefix(const void *buf, size_t got, uint32_t magic,
                                         const uint8_t *secret);
 
+/* The framing every fixed-size message shares: the magic and the secret (as
+ * coll_wire_prefix), then exactly size bytes.  MORE until they have come; more
+ * than size is refused with too_long (a static text).  OK: the caller goes on
+ * with the fields. */
+enum coll_wire_verdict coll_wire_fixed(const void *buf, size_t got, uint32_t magic,
+                                       const uint8_t *secret, size_t size, const char *too_long,
+                                       const char **why_p);
+
 /* An address as published by a rank (its bootstrap listener, a transport's
  * listener): family IPv4 or IPv6 with the length of that family, a port. */
 bool coll_wire_addr_ok(const union coll_sockaddr *addr, uint32_t addrlen);

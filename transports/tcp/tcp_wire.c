@@ -6,16 +6,11 @@
 int tcp_wire_hello(const void *buf, size_t got, const void *arg, const char **why_p)
 {
     const struct tcp_wire_ctx *ctx = arg;
-    enum coll_wire_verdict v = coll_wire_prefix(buf, got, TCP_MAGIC, ctx->secret);
+    struct tcp_hello h;
+    enum coll_wire_verdict v = coll_wire_fixed(buf, got, TCP_MAGIC, ctx->secret, sizeof(h),
+                                               "tcp hello longer than its format", why_p);
     if (v != COLL_WIRE_OK)
         return v;
-    struct tcp_hello h;
-    if (got < sizeof(h))
-        return COLL_WIRE_MORE;
-    if (got > sizeof(h)) {
-        *why_p = "tcp hello longer than its format";
-        return COLL_WIRE_BAD_FIELD;
-    }
     memcpy(&h, buf, sizeof(h));
     if (h.rank < 0 || h.rank >= ctx->nranks) {
         *why_p = "tcp hello with a rank outside the communicator";

@@ -12,16 +12,11 @@ static bool verbs_wire_shape_ok(uint32_t nslots, uint32_t slot_bytes)
 int verbs_wire_hello(const void *buf, size_t got, const void *arg, const char **why_p)
 {
     const struct verbs_wire_ctx *ctx = arg;
-    enum coll_wire_verdict v = coll_wire_prefix(buf, got, VERBS_MAGIC, ctx->secret);
+    struct verbs_hello h;
+    enum coll_wire_verdict v = coll_wire_fixed(buf, got, VERBS_MAGIC, ctx->secret, sizeof(h),
+                                               "verbs hello longer than its format", why_p);
     if (v != COLL_WIRE_OK)
         return v;
-    struct verbs_hello h;
-    if (got < sizeof(h))
-        return COLL_WIRE_MORE;
-    if (got > sizeof(h)) {
-        *why_p = "verbs hello longer than its format";
-        return COLL_WIRE_BAD_FIELD;
-    }
     memcpy(&h, buf, sizeof(h));
     if (h.rank < 0 || h.rank >= ctx->nranks) {
         *why_p = "verbs hello with a rank outside the communicator";
