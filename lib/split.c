@@ -68,6 +68,8 @@ COLL_API collResult_t collCommSplit(collComm_t comm, int color, int key, collCom
     }
     COLL_CHECK(coll_config_check("collCommSplit", config));
     COLL_CHECK(coll_comm_check_usable(comm, "collCommSplit"));
+    /* Counted busy, so that collCommAbort from another thread waits for it. */
+    atomic_fetch_add(&comm->busy, 1);
     int n = comm->nranks;
     struct split_entry me = {color, key}, *all = NULL;
     struct coll_id *ids = NULL;
@@ -115,6 +117,7 @@ COLL_API collResult_t collCommSplit(collComm_t comm, int color, int key, collCom
 out:
     free(all);
     free(ids);
+    atomic_fetch_sub(&comm->busy, 1);
     return res;
 }
 
