@@ -19,6 +19,7 @@
 #define COLL_TEST_LAUNCH_H
 
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -129,6 +130,22 @@ static inline bool launch_maps_shm_segment(void)
     if (f)
         fclose(f);
     return found;
+}
+
+/* Entries of /dev/shm whose name mentions the library, each reported; their
+ * count. */
+static inline int launch_dev_shm_leftovers(void)
+{
+    DIR *d = opendir("/dev/shm");
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));)
+        if (strstr(e->d_name, "libcollective") || strstr(e->d_name, "coll-")) {
+            fprintf(stderr, "FAIL: /dev/shm/%s is left\n", e->d_name);
+            n++;
+        }
+    if (d)
+        closedir(d);
+    return n;
 }
 
 static inline int launch_free_port(void)

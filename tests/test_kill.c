@@ -169,21 +169,6 @@ static double timeout_s(void)
     return fault_specs[fault].timeout_ms / 1000.0;
 }
 
-/* Entries of /dev/shm whose name mentions the library. */
-static int dev_shm_leftovers(void)
-{
-    DIR *d = opendir("/dev/shm");
-    int n = 0;
-    for (struct dirent *e; d && (e = readdir(d));)
-        if (strstr(e->d_name, "libcollective") || strstr(e->d_name, "coll-")) {
-            fprintf(stderr, "FAIL: /dev/shm/%s is left\n", e->d_name);
-            n++;
-        }
-    if (d)
-        closedir(d);
-    return n;
-}
-
 /* Delivers a signal to this process after FAULT_AFTER_US. */
 static void *signal_thread(void *arg)
 {
@@ -840,7 +825,7 @@ int main(int argc, char **argv)
         }
     }
 
-    failures += dev_shm_leftovers();
+    failures += launch_dev_shm_leftovers();
     /* Nothing of the group may be left: kill(-pgid, 0) finds no process. */
     errno = 0;
     if (kill(-pgid, 0) == 0 || errno != ESRCH) {

@@ -16,8 +16,9 @@
  * The ranks are forked here (as in test_kill.c) with COLL_COMM_ID on a free port
  * and COLL_TIMEOUT_MS=3000.  Each survivor prints the time from the failing call's
  * start to the new communicator's first good allreduce.  The parent checks that
- * rank 2 was ended by its signal, that every survivor exited with 0, and that no
- * rank is left.
+ * rank 2 was ended by its signal, that every survivor exited with 0, that no
+ * rank is left, and that nothing of the library is left in /dev/shm (each
+ * survivor also checks it maps no segment after destroying both communicators).
  */
 #include <errno.h>
 #include <signal.h>
@@ -132,6 +133,11 @@ static int rank_main(int rank)
         fprintf(stderr, "[rank %d] destroy failed\n", rank);
         return 16;
     }
+    if (launch_maps_shm_segment()) {
+        fprintf(stderr, "[rank %d] a shared-memory segment is still mapped after destroy\n",
+                rank);
+        return 17;
+    }
     return 0;
 }
 
@@ -202,6 +208,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "a rank is left\n");
         failures++;
     }
+    failures += launch_dev_shm_leftovers();
     printf("%s\n", failures ? "FAILED" : "ok");
     return failures ? 1 : 0;
 }
