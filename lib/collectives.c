@@ -131,12 +131,11 @@ static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const str
     if (nonblocking)
         stream = comm->nb_stream;
     if (stream == NULL) {
-        atomic_fetch_add(&comm->busy, 1);
-        coll_stream_quiesce(comm);
+        coll_comm_enter(comm);
         collResult_t res = (collResult_t)atomic_load(&comm->async_error);
         if (res == collSuccess)
             res = call_exec(comm, f, a);
-        atomic_fetch_sub(&comm->busy, 1);
+        coll_comm_leave(comm);
         return res;
     }
     struct coll_work w = {.ncolls = 1, .name = coll_func_name(f)};

@@ -492,14 +492,13 @@ COLL_API collResult_t collCommFinalize(collComm_t comm)
         coll_set_error(NULL, "collCommFinalize: comm is NULL");
         return collInvalidArgument;
     }
-    atomic_fetch_add(&comm->busy, 1);
     comm_init_join(comm);
-    coll_stream_quiesce(comm);
+    coll_comm_enter(comm);
     collResult_t res = (collResult_t)atomic_load(&comm->async_error);
     if (res == collSuccess && comm->nb_stream != NULL)
         res = collStreamQuery(comm->nb_stream);
     atomic_store(&comm->finalized, true);
-    atomic_fetch_sub(&comm->busy, 1);
+    coll_comm_leave(comm);
     return res;
 }
 

@@ -179,19 +179,15 @@ collResult_t coll_work_issue(struct coll_work *w, collStream_t stream)
         }
         return coll_stream_submit(comm, stream, w);
     }
-    for (int i = 0; i < w->nops; i++) {
-        atomic_fetch_add(&w->ops[i].comm->busy, 1);
-        coll_stream_quiesce(w->ops[i].comm);
-    }
-    for (int i = 0; i < w->ncolls; i++) {
-        atomic_fetch_add(&w->colls[i].comm->busy, 1);
-        coll_stream_quiesce(w->colls[i].comm);
-    }
+    for (int i = 0; i < w->nops; i++)
+        coll_comm_enter(w->ops[i].comm);
+    for (int i = 0; i < w->ncolls; i++)
+        coll_comm_enter(w->colls[i].comm);
     res = coll_work_run(w);
     for (int i = 0; i < w->nops; i++)
-        atomic_fetch_sub(&w->ops[i].comm->busy, 1);
+        coll_comm_leave(w->ops[i].comm);
     for (int i = 0; i < w->ncolls; i++)
-        atomic_fetch_sub(&w->colls[i].comm->busy, 1);
+        coll_comm_leave(w->colls[i].comm);
     coll_work_free(w);
     return res;
 }

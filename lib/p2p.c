@@ -518,10 +518,9 @@ static collResult_t p2p_call(bool is_send, void *buf, size_t count, collDataType
     if (coll_group_active())
         return coll_group_queue_p2p(&op);
     if (stream == NULL && comm->blocking) {
-        atomic_fetch_add(&comm->busy, 1);
-        coll_stream_quiesce(comm);
+        coll_comm_enter(comm);
         res = coll_p2p_run(&op, 1, fn);
-        atomic_fetch_sub(&comm->busy, 1);
+        coll_comm_leave(comm);
         return res;
     }
     struct coll_work w = {.nops = 1, .name = fn};

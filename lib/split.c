@@ -487,10 +487,9 @@ COLL_API collResult_t collCommShrink(collComm_t comm, int *excludeRanksList,
     coll_config_inherit(comm, config, &cfg);
     /* The waits here end on an abort of comm from another thread too. */
     coll_socket_set_cancel(&comm->aborting);
-    atomic_fetch_add(&comm->busy, 1);
-    coll_stream_quiesce(comm);
+    coll_comm_enter(comm);
     res = shrink_run(&sh, newcomm, &cfg);
-    atomic_fetch_sub(&comm->busy, 1);
+    coll_comm_leave(comm);
     coll_socket_set_cancel(NULL);
     comm->shrinks++;
     if (res != collSuccess && res != collInProgress && comm->last_error[0] == '\0')

@@ -60,19 +60,20 @@ struct coll_async {
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct coll_stream *registry;
 
-/* The live stream s, or NULL; registry_lock held. */
-static struct coll_stream *registry_find(collStream_t s)
+/* The link that points at live stream s (*link is NULL when s is not one);
+ * registry_lock held. */
+static struct coll_stream **registry_link(collStream_t s)
 {
-    for (struct coll_stream *st = registry; st != NULL; st = st->next)
-        if ((collStream_t)st == s)
-            return st;
-    return NULL;
+    struct coll_stream **pp = &registry;
+    while (*pp != NULL && (collStream_t)*pp != s)
+        pp = &(*pp)->next;
+    return pp;
 }
 
 static struct coll_stream *stream_lookup(collStream_t s)
 {
     pthread_mutex_lock(&registry_lock);
-    struct coll_stream *st = registry_find(s);
+    struct coll_stream *st = *registry_link(s);
     pthread_mutex_unlock(&registry_lock);
     return st;
 }
@@ -226,6 +227,17 @@ void coll_stream_quiesce(struct coll_comm *comm)
     pthread_mutex_unlock(&as->lock);
 }
 
+void coll_comm_enter(struct coll_comm *comm)
+{
+    atomic_fetch_add(&comm->busy, 1);
+    coll_stream_quiesce(comm);
+}
+
+void coll_comm_leave(struct coll_comm *comm)
+{
+    atomic_fetch_sub(&comm->busy, 1);
+}
+
 void coll_stream_comm_stop(struct coll_comm *comm)
 {
     struct coll_async *as = comm->async;
@@ -319,9 +331,7 @@ COLL_API collResult_t collStreamDestroy(collStream_t stream)
     if (stream == NULL)
         return collSuccess;
     pthread_mutex_lock(&registry_lock);
-    struct coll_stream **pp = &registry;
-    while (*pp != NULL && (collStream_t)*pp != stream)
-        pp = &(*pp)->next;
+    struct coll_stream **pp = registry_link(stream);
     struct coll_stream *st = *pp;
     if (st != NULL)
         *pp = st->next;

@@ -22,6 +22,12 @@ collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
  * thread frees nothing under it. */
 void coll_stream_quiesce(struct coll_comm *comm);
 
+/* A call without a stream enters comm: it counts itself busy (so that
+ * collCommAbort from another thread frees nothing under it) and waits for comm's
+ * queued work (coll_stream_quiesce); it leaves when done. */
+void coll_comm_enter(struct coll_comm *comm);
+void coll_comm_leave(struct coll_comm *comm);
+
 /* Lets comm's queued work finish (quickly, when the comm is aborting) and joins
  * its progress thread (collCommAbort, before it waits for other threads' calls
  * to leave); then _fini frees what is left (when the comm is freed). */
