@@ -418,8 +418,16 @@ static void check_failure(struct launch_rank *lr)
         if (!b)
             launch_fatal(lr, "out of memory");
         double t0 = launch_now();
-        for (int k = 0; k < 5; k++)
-            MUST(lr, collAllReduce(b, b, 1 << 16, collFloat, collSum, c, s), c);
+        /* The first call is issued before the failure can be known (the peers
+         * wait for this rank's data); a later one may find the comm already
+         * poisoned by the progress thread, and is then refused at once. */
+        MUST(lr, collAllReduce(b, b, 1 << 16, collFloat, collSum, c, s), c);
+        for (int k = 1; k < 5; k++) {
+            collResult_t ir = collAllReduce(b, b, 1 << 16, collFloat, collSum, c, s);
+            if (ir == collRemoteError || ir == collSystemError)
+                break;
+            MUST(lr, ir, c);
+        }
         collResult_t q;
         while ((q = collStreamQuery(s)) == collInProgress && launch_now() - t0 < 30) {
             struct timespec ts = {0, 1000000};
