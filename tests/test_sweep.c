@@ -968,6 +968,7 @@ static void usage(const char *prog)
             "  --threads N   run N ranks as threads (default: the rank collrun set up)\n"
             "  --quick       leave out the 1M+3 count\n"
             "  --big-subset  1M+3 for a subset of types and ops (the default)\n"
+            "  --large-when-full  no 1M+3 cases unless COLL_TEST_FULL is set\n"
             "  --full        1M+3 for everything (also COLL_TEST_FULL=1)\n"
             "  --coll LIST   only these, comma-separated: allreduce,broadcast,reduce,\n"
             "                allgather,reduce_scatter\n"
@@ -1004,9 +1005,11 @@ int main(int argc, char **argv)
 {
     struct sweep_opts opts = {.mode = MODE_SUBSET, .kinds = (1u << K_NUM) - 1};
     const char *full = getenv("COLL_TEST_FULL");
+    bool full_env = full && strcmp(full, "") != 0 && strcmp(full, "0") != 0;
+    bool large_when_full = false;
     int nthreads = 0;
 
-    if (full && strcmp(full, "") != 0 && strcmp(full, "0") != 0)
+    if (full_env)
         opts.mode = MODE_FULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--threads") == 0 && i + 1 < argc)
@@ -1021,10 +1024,16 @@ int main(int argc, char **argv)
             opts.kinds = parse_kinds(argv[++i], argv[0]);
         else if (strcmp(argv[i], "--mem") == 0)
             use_mem_alloc = true;
+        else if (strcmp(argv[i], "--large-when-full") == 0)
+            large_when_full = true;
         else if (strcmp(argv[i], "-v") == 0)
             opts.verbose = true;
         else
             usage(argv[0]);
     }
+    /* The sweeps with many ranks: their 1M+3 cases only in the full run (CI), as
+     * the same cases run with fewer ranks in every run. */
+    if (large_when_full && !full_env)
+        opts.mode = MODE_QUICK;
     return launch_run(nthreads, sweep_body, &opts);
 }
