@@ -24,9 +24,11 @@ int64_t coll_now_ns(void)
 
 void coll_exec_begin(struct coll_comm *comm, const char *op_name)
 {
+    int64_t now = coll_now_ns();
     comm->op_name = op_name;
-    comm->deadline_ns = coll_now_ns() + comm->timeout_ms * 1000000LL;
-    coll_transport_sweep(comm);
+    comm->op_start_ns = now;
+    comm->deadline_ns = now + comm->timeout_ms * 1000000LL;
+    coll_transport_sweep(comm, now);
 }
 
 /* Describes a failed request: operation, peer, its host and address, cause. */

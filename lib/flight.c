@@ -103,8 +103,7 @@ void coll_flight_begin(struct coll_comm *comm, const struct coll_flight_desc *d)
     STR(r->peer, d->peer);
     STR(r->state, COLL_FLIGHT_ISSUED);
     STR(r->result, collSuccess);
-    int64_t now = coll_now_ns();
-    STR(r->start_ns, now);
+    STR(r->start_ns, comm->op_start_ns); /* set by coll_exec_begin just before */
     STR(r->end_ns, 0);
     int used = LD(r->npeers);
     for (int k = 0; k < used; k++) {
@@ -125,7 +124,7 @@ void coll_flight_begin(struct coll_comm *comm, const struct coll_flight_desc *d)
     atomic_store_explicit(&f->head, h + 1, memory_order_release);
     f->cur = r;
     f->hint = 0;
-    f->last_move_ns = now;
+    f->last_move_ns = comm->op_start_ns;
     f->moves_seen = f->moves;
 }
 

@@ -63,6 +63,7 @@ struct coll_comm {
     uint64_t seq;                  /* collective calls issued, for messages */
     int64_t timeout_ms;
     int64_t deadline_ns;           /* of the operation in progress */
+    int64_t op_start_ns;           /* when it began (coll_exec_begin) */
     const char *op_name;           /* operation in progress, for messages */
 
     struct coll_peer *peers;       /* nranks entries; peers[rank] is this rank */

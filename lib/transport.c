@@ -215,9 +215,8 @@ static collResult_t transport_accept(struct coll_comm *comm, struct coll_tp_stat
     return collSuccess;
 }
 
-void coll_transport_sweep(struct coll_comm *comm)
+void coll_transport_sweep(struct coll_comm *comm, int64_t now)
 {
-    int64_t now = coll_now_ns();
     if (now < comm->sweep_ns)
         return;
     comm->sweep_ns = now + COLL_SWEEP_MS * 1000000LL;

@@ -120,7 +120,7 @@ static inline collResult_t coll_conn_irecv(struct coll_conn *c, void *buf, size_
  * peer's set-up that arrived early is stashed.  Errors are left for the call
  * that needs the connection. */
 #define COLL_SWEEP_MS 1000
-void coll_transport_sweep(struct coll_comm *comm);
+void coll_transport_sweep(struct coll_comm *comm, int64_t now);
 /* The ordered table of built transports. */
 const struct coll_transport *const *coll_transport_table(int *n_p);
 /* Selects and initialises transports for comm (COLL_TRANSPORTS narrows). */
