@@ -252,6 +252,20 @@ static int send_record(int wfd, const struct kill_record *rec, int code)
     return code;
 }
 
+/* A rank's last steps once its communicator is gone: no segment may still be
+ * mapped; the record goes to the parent; the buffers are freed. */
+static int rank_end(int wfd, const struct kill_record *rec, int code, void *send, void *recv)
+{
+    if (launch_maps_shm_segment()) {
+        fprintf(stderr, "[rank %d] a shared-memory segment is mapped after destroy\n",
+                rec->rank);
+        code = code ? code : EXIT_SEGMENT_LEFT;
+    }
+    free(send);
+    free(recv);
+    return send_record(wfd, rec, code);
+}
+
 /* Waits (at most 60 s) for the parent's byte on go_fd. */
 static void wait_go(int go_fd)
 {
@@ -386,12 +400,7 @@ static int rank_main(int rank, const char *comm_id, int wfd, int progress_fd, in
         rec.destroy_s = launch_now() - t2;
         if (rec.destroy_result != collSuccess || rec.destroy_s > 5.0)
             code = code ? code : EXIT_SLOW_DESTROY;
-        if (launch_maps_shm_segment())
-            code = code ? code : EXIT_SEGMENT_LEFT;
-        code = send_record(wfd, &rec, code);
-        free(send);
-        free(recv);
-        return code;
+        return rank_end(wfd, &rec, code, send, recv);
     }
 
     if (aborting) {
@@ -410,12 +419,7 @@ static int rank_main(int rank, const char *comm_id, int wfd, int progress_fd, in
         else if (aa.result != collSuccess || aa.abort_s > ABORT_LIMIT_S ||
                  rec.t_error - aa.t_abort > ABORT_LIMIT_S)
             code = code ? code : EXIT_ABORT;
-        if (launch_maps_shm_segment())
-            code = code ? code : EXIT_SEGMENT_LEFT;
-        code = send_record(wfd, &rec, code);
-        free(send);
-        free(recv);
-        return code;
+        return rank_end(wfd, &rec, code, send, recv);
     }
 
     const char *last = collGetLastError(comm);
@@ -457,14 +461,7 @@ static int rank_main(int rank, const char *comm_id, int wfd, int progress_fd, in
         fprintf(stderr, "[rank %d] collCommDestroy took %.2f s\n", rank, rec.destroy_s);
         code = code ? code : EXIT_SLOW_DESTROY;
     }
-    if (launch_maps_shm_segment()) {
-        fprintf(stderr, "[rank %d] a shared-memory segment is mapped after destroy\n", rank);
-        code = code ? code : EXIT_SEGMENT_LEFT;
-    }
-    code = send_record(wfd, &rec, code);
-    free(send);
-    free(recv);
-    return code;
+    return rank_end(wfd, &rec, code, send, recv);
 }
 
 static const char *exit_name(int code)
