@@ -254,15 +254,16 @@ COLL_API const char *collGetLastError(collComm_t comm);
  * Streams.
  *
  * collStreamCreate: a new stream.  A call given a stream (a collective, collSend,
- * collRecv, collAllToAll, or a whole group whose calls all name that stream) is
- * checked at once, returns at once, and runs later on its communicator's
- * progress thread.  The calls on one stream run in the order issued, even when
- * they are on different communicators; the calls on one communicator run in the
- * order issued, whatever their streams, and a call with a NULL stream waits for
- * the communicator's earlier calls before it runs.  The buffers of a call on a
- * stream must stay valid and untouched until the stream is synchronized.  A
- * group on a stream must hold calls of one communicator (else collGroupEnd
- * returns collInvalidUsage).  Returns collInvalidArgument for a NULL stream.
+ * collRecv, collAllToAll, collGather, collScatter, or a whole group whose calls
+ * all name that stream) is checked at once, returns at once, and runs later on
+ * its communicator's progress thread.  The calls on one stream run in the order
+ * issued, even when they are on different communicators; the calls on one
+ * communicator run in the order issued, whatever their streams, and a call with
+ * a NULL stream waits for the communicator's earlier calls before it runs.  The
+ * buffers of a call on a stream must stay valid and untouched until the stream
+ * is synchronized.  A group on a stream must hold calls of one communicator
+ * (else collGroupEnd returns collInvalidUsage).  Returns collInvalidArgument for
+ * a NULL stream.
  *
  * collStreamQuery: collInProgress while calls issued on the stream are pending;
  * otherwise the first failure among them not yet returned by
@@ -357,18 +358,18 @@ COLL_API collResult_t collRecv(void *recvbuff, size_t count, collDataType_t data
                                collComm_t comm, collStream_t stream);
 
 /*
- * collGroupStart / collGroupEnd: between them, collSend, collRecv, collAllToAll
- * and the collectives of the calling thread are queued instead of run, and
- * collGroupEnd issues them all: the sends and receives progress together (so a
- * rank may exchange with many peers in any order without deadlock), then the
- * collectives run in the order they were issued.  A group may span several
- * communicators.  Groups nest; only the outermost collGroupEnd issues anything.
- * A call refused inside the group returns its error at once, and collGroupEnd
- * then returns that error and issues nothing of the group; a failure while the
- * group runs is returned by collGroupEnd and drops the calls not yet run.
- * A send buffer may overlap a receive buffer of the same group: the bytes sent
- * are those before any receive.  collGroupEnd without collGroupStart returns
- * collInvalidUsage.
+ * collGroupStart / collGroupEnd: between them, collSend, collRecv, collAllToAll,
+ * collGather, collScatter and the collectives of the calling thread are queued
+ * instead of run, and collGroupEnd issues them all: the sends and receives
+ * progress together (so a rank may exchange with many peers in any order
+ * without deadlock), then the collectives run in the order they were issued.
+ * A group may span several communicators.  Groups nest; only the outermost
+ * collGroupEnd issues anything.  A call refused inside the group returns its
+ * error at once, and collGroupEnd then returns that error and issues nothing of
+ * the group; a failure while the group runs is returned by collGroupEnd and
+ * drops the calls not yet run.  A send buffer may overlap a receive buffer of
+ * the same group: the bytes sent are those before any receive.  collGroupEnd
+ * without collGroupStart returns collInvalidUsage.
  * Thread safety: the group is per thread; each comm in it as its calls require.
  */
 COLL_API collResult_t collGroupStart(void);
@@ -383,6 +384,26 @@ COLL_API collResult_t collGroupEnd(void);
 COLL_API collResult_t collAllToAll(const void *sendbuff, void *recvbuff, size_t count,
                                    collDataType_t datatype, collComm_t comm,
                                    collStream_t stream);
+
+/*
+ * collGather: every rank sends count elements of sendbuff to root; on root,
+ * recvbuff (nranks * count elements) gets rank r's elements at offset r * count.
+ * recvbuff is not used off the root and may be NULL there.  In place when
+ * sendbuff == recvbuff + root * count on the root.
+ * collScatter: block r (count elements) of root's sendbuff (nranks * count
+ * elements) goes to rank r's recvbuff (count elements).  sendbuff is not used
+ * off the root and may be NULL there.  In place when recvbuff == sendbuff +
+ * root * count on the root.
+ * Every rank must pass the same count, datatype and root, in [0, nranks).  Both
+ * run as a group of sends and receives, the root's with every rank (inside an
+ * open group, they join that group).  Results and thread safety as collSend.
+ */
+COLL_API collResult_t collGather(const void *sendbuff, void *recvbuff, size_t count,
+                                 collDataType_t datatype, int root, collComm_t comm,
+                                 collStream_t stream);
+COLL_API collResult_t collScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                  collDataType_t datatype, int root, collComm_t comm,
+                                  collStream_t stream);
 
 /*
  * collMemAlloc: size bytes (rounded up to pages) of memory that the other ranks on

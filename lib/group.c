@@ -117,7 +117,8 @@ collResult_t coll_group_queue_coll(struct coll_comm *comm, enum coll_func f,
  * when a thread exits. */
 static struct coll_work group_take(void)
 {
-    struct coll_work w = {group.ops, group.nops, group.colls, group.ncolls, "group"};
+    struct coll_work w = {.ops = group.ops, .nops = group.nops, .colls = group.colls,
+                          .ncolls = group.ncolls, .name = "group"};
     group = (struct group_state){0};
     return w;
 }
@@ -135,7 +136,7 @@ collResult_t coll_work_run(struct coll_work *w)
 {
     collResult_t res = collSuccess;
     if (w->nops > 0)
-        res = coll_p2p_run(w->ops, w->nops, w->name);
+        res = coll_p2p_run(w->ops, w->nops, w->name, &w->coll);
     for (int i = 0; i < w->ncolls && res == collSuccess; i++) {
         struct coll_work_coll *c = &w->colls[i];
         collResult_t poisoned = (collResult_t)atomic_load(&c->comm->async_error);

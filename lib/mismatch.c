@@ -38,7 +38,7 @@
 /* What one rank was called with; the same bytes on every rank for one call. */
 struct mm_desc {
     uint32_t magic;
-    uint8_t func;     /* enum coll_func, or COLL_MISMATCH_ALLTOALL */
+    uint8_t func;     /* enum coll_func, or a COLL_MISMATCH_ code of mismatch.h */
     uint8_t dtype;
     uint8_t op;       /* 0xff: the call has none */
     uint8_t pad0;
@@ -49,15 +49,16 @@ struct mm_desc {
 };
 static_assert(sizeof(struct mm_desc) == 32, "the descriptor is 32 bytes on every rank");
 
-static const char *const mm_names[COLL_FUNC_COUNT + 1] = {
+static const char *const mm_names[COLL_MISMATCH_NFUNCS] = {
     [COLL_FUNC_ALLREDUCE] = "collAllReduce",         [COLL_FUNC_BROADCAST] = "collBroadcast",
     [COLL_FUNC_REDUCE] = "collReduce",               [COLL_FUNC_ALLGATHER] = "collAllGather",
     [COLL_FUNC_REDUCE_SCATTER] = "collReduceScatter", [COLL_MISMATCH_ALLTOALL] = "collAllToAll",
+    [COLL_MISMATCH_GATHER] = "collGather",           [COLL_MISMATCH_SCATTER] = "collScatter",
 };
 
 static const char *mm_name(unsigned func)
 {
-    return func <= COLL_FUNC_COUNT ? mm_names[func] : "an unknown call";
+    return func < COLL_MISMATCH_NFUNCS ? mm_names[func] : "an unknown call";
 }
 
 static bool mm_has_op(int func)
@@ -68,7 +69,8 @@ static bool mm_has_op(int func)
 
 static bool mm_has_root(int func)
 {
-    return func == COLL_FUNC_BROADCAST || func == COLL_FUNC_REDUCE;
+    return func == COLL_FUNC_BROADCAST || func == COLL_FUNC_REDUCE ||
+           func == COLL_MISMATCH_GATHER || func == COLL_MISMATCH_SCATTER;
 }
 
 /* "rank 2" or "ranks 0,1,3": the ranks whose descriptor equals d. */

@@ -7,12 +7,16 @@
 #include "algo.h"
 #include "internal.h"
 
-/* The operation code of collAllToAll, which is no enum coll_func. */
+/* The operation codes of the calls that run as sets of messages (lib/p2p.c),
+ * which are no enum coll_func. */
 #define COLL_MISMATCH_ALLTOALL COLL_FUNC_COUNT
+#define COLL_MISMATCH_GATHER (COLL_FUNC_COUNT + 1)
+#define COLL_MISMATCH_SCATTER (COLL_FUNC_COUNT + 2)
+#define COLL_MISMATCH_NFUNCS (COLL_FUNC_COUNT + 3)
 
 /* Agrees with every rank on the call about to run (func: an enum coll_func or
- * COLL_MISMATCH_ALLTOALL; a's count, dtype, op and root, as far as func uses
- * them), under the deadline of the operation already begun.  collInvalidUsage
+ * a COLL_MISMATCH_ code above; a's count, dtype, op and root, as far as func
+ * uses them), under the deadline of the operation already begun.  collInvalidUsage
  * when the calls differ, described on comm naming the ranks and how, the same
  * on every rank; the comm is not poisoned, since no data moved.  A transport
  * failure or timeout of the exchange itself poisons as any operation does. */

@@ -1,6 +1,7 @@
-/* Point-to-point messages: collSend, collRecv and collAllToAll, and the engine
- * that progresses any number of them at once (coll_p2p_run, used by the blocking
- * calls as a group of one and by collGroupEnd).
+/* Point-to-point messages: collSend, collRecv, and collAllToAll, collGather and
+ * collScatter built from them, and the engine that progresses any number of them
+ * at once (coll_p2p_run, used by the blocking calls as a group of one and by
+ * collGroupEnd).
  *
  * A message travels on the same per-peer connections as the collectives, as a
  * 16-byte header {magic, byte count} followed by the data:
@@ -362,8 +363,10 @@ static void p2p_abandon(struct p2p_run *run, collResult_t res)
 }
 
 /* Opens comm's flight record of the run: one message is described whole (count,
- * type, peer); a group or an all-to-all by its name and message count. */
-static void p2p_flight_begin(const struct p2p_run *run, struct coll_comm *comm)
+ * type, peer), a collective (all-to-all, gather, scatter) by its count, type and
+ * root, and a group by its name and message count. */
+static void p2p_flight_begin(const struct p2p_run *run, struct coll_comm *comm,
+                             const struct coll_p2p_coll *coll)
 {
     int n = 0, one = -1;
     for (int i = 0; i < run->nops; i++)
@@ -377,9 +380,12 @@ static void p2p_flight_begin(const struct p2p_run *run, struct coll_comm *comm)
         d.count = run->ops[one].count;
         d.dtype = (int)run->ops[one].dtype;
         d.peer = run->ops[one].peer;
-    } else if (strcmp(run->op_name, "collAllToAll") == 0) {
-        d.count = run->ops[one].count;
-        d.dtype = (int)run->ops[one].dtype;
+    }
+    if (coll != NULL) {
+        d.count = coll->a.count;
+        d.dtype = (int)coll->a.dtype;
+        d.root = coll->a.root;
+        d.peer = -1;
     }
     coll_flight_begin(comm, &d);
 }
@@ -408,10 +414,13 @@ static collResult_t p2p_progress(struct p2p_run *run)
     return collSuccess;
 }
 
-collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name)
+collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name,
+                          const struct coll_p2p_coll *coll)
 {
     if (nops == 0)
         return collSuccess;
+    if (coll != NULL && !coll->set)
+        coll = NULL;
     struct p2p_run run = {.ops = ops, .nops = nops, .op_name = op_name};
     collResult_t res = collSuccess;
     COLL_CHECK(coll_calloc(&run.comms, (size_t)nops));
@@ -432,15 +441,14 @@ collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name
         comm->last_algo_name = "p2p";
         comm->seq++;
         coll_exec_begin(comm, op_name);
-        p2p_flight_begin(&run, comm);
+        p2p_flight_begin(&run, comm, coll);
     }
-    /* An all-to-all is a collective: COLL_CHECK_MISMATCH agrees on it first. */
+    /* An all-to-all, gather or scatter is a collective: COLL_CHECK_MISMATCH agrees
+     * on it first. */
     for (int c = 0; c < run.ncomms && res == collSuccess; c++) {
         struct coll_comm *comm = run.comms[c].comm;
-        if (comm->check_mismatch && strcmp(op_name, "collAllToAll") == 0)
-            res = coll_mismatch_check(comm, COLL_MISMATCH_ALLTOALL,
-                                      &(struct coll_args){.count = ops[0].count,
-                                                          .dtype = ops[0].dtype});
+        if (comm->check_mismatch && coll != NULL)
+            res = coll_mismatch_check(comm, coll->func, &coll->a);
     }
     if (res == collSuccess)
         res = p2p_connect(&run);
@@ -519,7 +527,7 @@ static collResult_t p2p_call(bool is_send, void *buf, size_t count, collDataType
         return coll_group_queue_p2p(&op);
     if (stream == NULL && comm->blocking) {
         coll_comm_enter(comm);
-        res = coll_p2p_run(&op, 1, fn);
+        res = coll_p2p_run(&op, 1, fn, NULL);
         coll_comm_leave(comm);
         return res;
     }
@@ -590,6 +598,106 @@ COLL_API collResult_t collAllToAll(const void *sendbuff, void *recvbuff, size_t 
         free(ops);
         return res;
     }
-    struct coll_work w = {.ops = ops, .nops = (int)(2 * n), .name = "collAllToAll"};
+    struct coll_work w = {
+        .ops = ops, .nops = (int)(2 * n), .name = "collAllToAll",
+        .coll = {.set = true, .func = COLL_MISMATCH_ALLTOALL,
+                 .a = {.count = count, .dtype = datatype, .root = -1}}};
     return coll_work_issue(&w, stream);
+}
+
+/* collGather and collScatter: the root receives one block of count elements from
+ * every rank (gather), or sends block r of its buffer to rank r (scatter), as one
+ * set of messages.  The root's own block is copied locally (a send to itself and
+ * its matching receive), or left where it is when the call is in place.
+ *
+ *   gather, root 0, n = 3:          scatter, root 0, n = 3:
+ *   rank 1 --send--> rank 0 [1]     rank 0 [1] --send--> rank 1
+ *   rank 2 --send--> rank 0 [2]     rank 0 [2] --send--> rank 2
+ *   rank 0 [0] <-- its own block    rank 0 [0] --> its own recvbuff
+ */
+static collResult_t p2p_rooted(bool gather, const void *sendbuff, void *recvbuff, size_t count,
+                               collDataType_t datatype, int root, struct coll_comm *comm,
+                               collStream_t stream)
+{
+    const char *fn = gather ? "collGather" : "collScatter";
+    size_t n = comm ? (size_t)comm->nranks : 1;
+    /* own: the buffer of one block that every rank sends (gather) or receives
+     * (scatter), needed on every rank; all: the root's buffer of n blocks, needed
+     * there only.  The overflow of n blocks is refused on every rank alike. */
+    char *own = (char *)(uintptr_t)(gather ? sendbuff : recvbuff);
+    char *all = (char *)(uintptr_t)(gather ? recvbuff : sendbuff);
+    collResult_t res = p2p_check(comm, fn, gather ? "sendbuff" : "recvbuff", own, count, n,
+                                 datatype, -2, stream);
+    if (res == collSuccess && (root < 0 || root >= comm->nranks)) {
+        coll_set_error(comm, "%s: root %d is out of range [0, %d)", fn, root, comm->nranks);
+        res = collInvalidArgument;
+    }
+    if (res == collSuccess && comm->rank == root)
+        res = p2p_check(comm, fn, gather ? "recvbuff" : "sendbuff", all, count, n, datatype, -2,
+                        stream);
+    if (res != collSuccess) {
+        if (coll_group_active())
+            coll_group_fail(res);
+        return res;
+    }
+    size_t block = count * coll_dtype_size(datatype);
+    int nr = comm->nranks;
+    bool is_root = comm->rank == root;
+    /* In place, the root's own block is already where it belongs. */
+    bool in_place = is_root && own == (block ? all + (size_t)root * block : all);
+    struct coll_p2p_op *ops;
+    res = coll_calloc(&ops, is_root ? 2 * n : 1);
+    if (res != collSuccess) {
+        coll_set_error(comm, "%s: out of memory for %zu messages", fn, is_root ? 2 * n : 1);
+        if (coll_group_active())
+            coll_group_fail(res);
+        return res;
+    }
+    int nops = 0;
+    struct coll_p2p_op op = {.comm = comm, .peer = root, .is_send = gather, .buf = own,
+                             .count = count, .dtype = datatype, .bytes = block};
+    if (!is_root)
+        ops[nops++] = op;
+    /* The root's peers in the order root + 1, root + 2, ..., then itself: the
+     * block to or from itself is a send and a receive that p2p_self_copy pairs. */
+    for (int k = 1; is_root && k <= nr; k++) {
+        int j = (root + k) % nr;
+        if (j == root && in_place)
+            continue;
+        if (j == root)
+            ops[nops++] = op;
+        ops[nops++] = (struct coll_p2p_op){
+            .comm = comm, .peer = j, .is_send = !gather,
+            .buf = block ? all + (size_t)j * block : all,
+            .count = count, .dtype = datatype, .bytes = block};
+    }
+    if (coll_group_active()) {
+        for (int i = 0; i < nops && res == collSuccess; i++)
+            res = coll_group_queue_p2p(&ops[i]);
+        free(ops);
+        return res;
+    }
+    if (nops == 0) { /* one rank, in place: nothing to move */
+        free(ops);
+        return collSuccess;
+    }
+    struct coll_work w = {
+        .ops = ops, .nops = nops, .name = fn,
+        .coll = {.set = true, .func = gather ? COLL_MISMATCH_GATHER : COLL_MISMATCH_SCATTER,
+                 .a = {.count = count, .dtype = datatype, .root = root}}};
+    return coll_work_issue(&w, stream);
+}
+
+COLL_API collResult_t collGather(const void *sendbuff, void *recvbuff, size_t count,
+                                 collDataType_t datatype, int root, collComm_t comm,
+                                 collStream_t stream)
+{
+    return p2p_rooted(true, sendbuff, recvbuff, count, datatype, root, comm, stream);
+}
+
+COLL_API collResult_t collScatter(const void *sendbuff, void *recvbuff, size_t count,
+                                  collDataType_t datatype, int root, collComm_t comm,
+                                  collStream_t stream)
+{
+    return p2p_rooted(false, sendbuff, recvbuff, count, datatype, root, comm, stream);
 }

@@ -43,6 +43,16 @@ struct coll_work_coll {
     coll_group_coll_fn fn;
 };
 
+/* The collective that a set of messages carries out, when it is one call of
+ * collAllToAll, collGather or collScatter issued outside a group: with
+ * COLL_CHECK_MISMATCH the ranks agree on it before any message moves, and the
+ * flight record gives its count, datatype and root. */
+struct coll_p2p_coll {
+    bool set;               /* false: a group, or a single send or receive */
+    int func;               /* COLL_MISMATCH_ALLTOALL, _GATHER or _SCATTER */
+    struct coll_args a;     /* count, dtype and root (-1 for the all-to-all) */
+};
+
 /* A unit of work: what one collGroupEnd issues, or one call on a stream.  Its
  * sends and receives progress together, then its collectives run in order.
  * The arrays are malloc'd and owned by the work (coll_work_free). */
@@ -52,6 +62,7 @@ struct coll_work {
     struct coll_work_coll *colls;
     int ncolls;
     const char *name;       /* for messages: "group", "collSend", ... */
+    struct coll_p2p_coll coll; /* of the ops, when they are one collective */
 };
 
 /* Runs w; a failure drops the collectives not yet run and is returned. */
@@ -63,10 +74,12 @@ void coll_work_free(struct coll_work *w);
 collResult_t coll_work_issue(struct coll_work *w, collStream_t stream);
 
 /* Runs the sends and receives of ops concurrently until all complete, the first
- * failure, or a deadline.  op_name names them in messages ("collSend", "group").
- * On a failure every communicator with messages still in flight is poisoned,
- * since their requests point at buffers the caller gets back. */
-collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name);
+ * failure, or a deadline.  op_name names them in messages ("collSend", "group");
+ * coll, when not NULL and set, is the collective they carry out (all on one
+ * communicator).  On a failure every communicator with messages still in flight
+ * is poisoned, since their requests point at buffers the caller gets back. */
+collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name,
+                          const struct coll_p2p_coll *coll);
 
 /* True while the calling thread has a group open (collGroupStart without its
  * collGroupEnd). */

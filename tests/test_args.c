@@ -3,15 +3,15 @@
  * a stream not from collStreamCreate), collGetLastError names the argument, and the
  * communicator still works afterwards (a real allreduce is run and checked after
  * each refused call).  Also the version, the error strings, and the NULL buffers
- * the API allows: any buffer with count 0, sendbuff off the root of a broadcast,
- * recvbuff off the root of a reduce.
+ * the API allows: any buffer with count 0, sendbuff off the root of a broadcast
+ * or a scatter, recvbuff off the root of a reduce or a gather.
  *
  *   collrun -n 3 --timeout 120 test_args
  *   test_args --threads 2
  *
  * Every rank makes the same refused calls.  A refused call does not communicate,
- * so where a check is about the root (broadcast's sendbuff, reduce's recvbuff) each
- * rank names itself as the root of its refused call.
+ * so where a check is about the root (broadcast's and scatter's sendbuff, reduce's
+ * and gather's recvbuff) each rank names itself as the root of its refused call.
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -174,6 +174,8 @@ static void check_collective_args(struct args_rank *ar)
     BAD_ARG(collReduce(s, r, NELEM, collFloat32, collSum, 0, NULL, NULL), NULL, "comm");
     BAD_ARG(collAllGather(s, r, NELEM, collFloat32, NULL, NULL), NULL, "comm");
     BAD_ARG(collReduceScatter(s, r, NELEM, collFloat32, collSum, NULL, NULL), NULL, "comm");
+    BAD_ARG(collGather(s, r, NELEM, collFloat32, 0, NULL, NULL), NULL, "comm");
+    BAD_ARG(collScatter(s, r, NELEM, collFloat32, 0, NULL, NULL), NULL, "comm");
 
     /* NULL buffers with count > 0; for the root-only ones, each rank is its own root. */
     BAD_ARG(collAllReduce(NULL, r, NELEM, collFloat32, collSum, comm, NULL), comm, "sendbuff");
@@ -188,6 +190,10 @@ static void check_collective_args(struct args_rank *ar)
             "sendbuff");
     BAD_ARG(collReduceScatter(s, NULL, NELEM, collFloat32, collSum, comm, NULL), comm,
             "recvbuff");
+    BAD_ARG(collGather(NULL, r, NELEM, collFloat32, 0, comm, NULL), comm, "sendbuff");
+    BAD_ARG(collGather(s, NULL, NELEM, collFloat32, me, comm, NULL), comm, "recvbuff");
+    BAD_ARG(collScatter(NULL, r, NELEM, collFloat32, me, comm, NULL), comm, "sendbuff");
+    BAD_ARG(collScatter(s, NULL, NELEM, collFloat32, 0, comm, NULL), comm, "recvbuff");
 
     /* Data types. */
     for (size_t i = 0; i < 2; i++) {
@@ -197,6 +203,8 @@ static void check_collective_args(struct args_rank *ar)
         BAD_ARG(collReduce(s, r, NELEM, t, collSum, 0, comm, NULL), comm, "datatype");
         BAD_ARG(collAllGather(s, r, NELEM, t, comm, NULL), comm, "datatype");
         BAD_ARG(collReduceScatter(s, r, NELEM, t, collSum, comm, NULL), comm, "datatype");
+        BAD_ARG(collGather(s, r, NELEM, t, 0, comm, NULL), comm, "datatype");
+        BAD_ARG(collScatter(s, r, NELEM, t, 0, comm, NULL), comm, "datatype");
     }
 
     /* Ops. */
@@ -212,6 +220,10 @@ static void check_collective_args(struct args_rank *ar)
     BAD_ARG(collBroadcast(s, r, NELEM, collFloat32, n, comm, NULL), comm, "root");
     BAD_ARG(collReduce(s, r, NELEM, collFloat32, collSum, -1, comm, NULL), comm, "root");
     BAD_ARG(collReduce(s, r, NELEM, collFloat32, collSum, n, comm, NULL), comm, "root");
+    BAD_ARG(collGather(s, r, NELEM, collFloat32, -1, comm, NULL), comm, "root");
+    BAD_ARG(collGather(s, r, NELEM, collFloat32, n, comm, NULL), comm, "root");
+    BAD_ARG(collScatter(s, r, NELEM, collFloat32, -1, comm, NULL), comm, "root");
+    BAD_ARG(collScatter(s, r, NELEM, collFloat32, n, comm, NULL), comm, "root");
 
     /* Counts whose byte size overflows size_t: refused before any memory is touched. */
     BAD_ARG(collAllReduce(s, r, huge, collFloat32, collSum, comm, NULL), comm, "count");
@@ -219,10 +231,15 @@ static void check_collective_args(struct args_rank *ar)
     BAD_ARG(collReduce(s, r, huge, collFloat32, collSum, 0, comm, NULL), comm, "count");
     BAD_ARG(collAllGather(s, r, huge, collFloat32, comm, NULL), comm, "count");
     BAD_ARG(collReduceScatter(s, r, huge, collFloat32, collSum, comm, NULL), comm, "count");
+    BAD_ARG(collGather(s, r, huge, collFloat32, 0, comm, NULL), comm, "count");
+    BAD_ARG(collScatter(s, r, huge, collFloat32, 0, comm, NULL), comm, "count");
     if (n > 1) {
         BAD_ARG(collAllGather(s, r, huge_total, collFloat32, comm, NULL), comm, "count");
         BAD_ARG(collReduceScatter(s, r, huge_total, collFloat32, collSum, comm, NULL), comm,
                 "count");
+        /* The root's n blocks overflow: refused on every rank alike. */
+        BAD_ARG(collGather(s, r, huge_total, collFloat32, 0, comm, NULL), comm, "count");
+        BAD_ARG(collScatter(s, r, huge_total, collFloat32, 0, comm, NULL), comm, "count");
     }
 
     /* Streams are not supported in this version. */
@@ -236,6 +253,10 @@ static void check_collective_args(struct args_rank *ar)
             "stream");
     REFUSED(collReduceScatter(s, r, NELEM, collFloat32, collSum, comm, stream),
             collInvalidArgument, comm, "stream");
+    REFUSED(collGather(s, r, NELEM, collFloat32, 0, comm, stream), collInvalidArgument, comm,
+            "stream");
+    REFUSED(collScatter(s, r, NELEM, collFloat32, 0, comm, stream), collInvalidArgument, comm,
+            "stream");
 }
 
 /* The NULL buffers the API allows, as real collectives made by every rank. */
@@ -254,6 +275,8 @@ static void check_allowed_nulls(struct args_rank *ar)
     LR_CHECK_RES(lr, collAllGather(NULL, NULL, 0, collFloat32, comm, NULL), collSuccess, comm);
     LR_CHECK_RES(lr, collReduceScatter(NULL, NULL, 0, collFloat32, collSum, comm, NULL),
                  collSuccess, comm);
+    LR_CHECK_RES(lr, collGather(NULL, NULL, 0, collFloat32, 0, comm, NULL), collSuccess, comm);
+    LR_CHECK_RES(lr, collScatter(NULL, NULL, 0, collFloat32, 0, comm, NULL), collSuccess, comm);
     check_comm_works(ar, __LINE__);
 
     /* Broadcast reads sendbuff on the root only: NULL elsewhere. */
@@ -282,6 +305,33 @@ static void check_allowed_nulls(struct args_rank *ar)
             LR_CHECK(lr, r[i] == want, "reduce r[%d] = %g, want %g", i, (double)r[i],
                      (double)want);
         }
+
+    /* Gather's recvbuff may be NULL off the root. */
+    root = n - 1;
+    for (int i = 0; i < NELEM * n; i++) {
+        s[i] = i < NELEM ? (float)(10 * me + i) : -2.0f;
+        r[i] = -1.0f;
+    }
+    LR_CHECK_RES(lr, collGather(s, me == root ? r : NULL, NELEM, collFloat32, root, comm, NULL),
+                 collSuccess, comm);
+    if (me == root)
+        for (int i = 0; i < NELEM * n; i++) {
+            float want = (float)(10 * (i / NELEM) + i % NELEM);
+            LR_CHECK(lr, r[i] == want, "gather r[%d] = %g, want %g", i, (double)r[i],
+                     (double)want);
+        }
+
+    /* Scatter's sendbuff may be NULL off the root. */
+    root = 0;
+    for (int i = 0; i < NELEM * n; i++) {
+        s[i] = (float)(100 + i);
+        r[i] = -1.0f;
+    }
+    LR_CHECK_RES(lr, collScatter(me == root ? s : NULL, r, NELEM, collFloat32, root, comm, NULL),
+                 collSuccess, comm);
+    for (int i = 0; i < NELEM; i++)
+        LR_CHECK(lr, r[i] == (float)(100 + me * NELEM + i), "scatter r[%d] = %g", i,
+                 (double)r[i]);
     check_comm_works(ar, __LINE__);
 }
 

@@ -5,10 +5,10 @@
  *   1. collConfig_t refusals, each naming its field; a named communicator's
  *      errors carry its name;
  *   2. a non-blocking communicator: init returns collInProgress while a peer is
- *      late and calls are refused until it is done; then 20 allreduces return
- *      collInProgress and collCommGetAsyncError reports collInProgress, then
- *      collSuccess, with every result right; collCommFinalize, after which calls
- *      are refused;
+ *      late and calls are refused until it is done; then 20 allreduces, a
+ *      send/recv group, a gather and a scatter return collInProgress and
+ *      collCommGetAsyncError reports collInProgress, then collSuccess, with every
+ *      result right; collCommFinalize, after which calls are refused;
  *   3. collCommAbort from another thread while a non-blocking init waits for a
  *      rank that never comes: it returns within one second;
  *   4. collCommSplit: two colors with keys that reverse the order, and one rank
@@ -168,6 +168,19 @@ static void part_nonblocking(struct launch_rank *lr)
         LR_CHECK_RES(lr, wait_async(c), collSuccess, c);
         LR_CHECK(lr, got == prev, "received %d from rank %d", got, prev);
     }
+    /* A gather to rank 0 and a scatter back, queued too: the scatter reads what
+     * the gather wrote, since a comm's calls run in the order issued. */
+    int *all = calloc((size_t)lr->nranks, sizeof(int));
+    int mine = 100 + lr->rank, back = -1;
+    if (all == NULL)
+        launch_fatal(lr, "out of memory");
+    LR_CHECK_RES(lr, collGather(&mine, lr->rank == 0 ? all : NULL, 1, collInt32, 0, c, NULL),
+                 collInProgress, c);
+    LR_CHECK_RES(lr, collScatter(lr->rank == 0 ? all : NULL, &back, 1, collInt32, 0, c, NULL),
+                 collInProgress, c);
+    LR_CHECK_RES(lr, wait_async(c), collSuccess, c);
+    LR_CHECK(lr, back == mine, "gather then scatter gave %d, want %d", back, mine);
+    free(all);
     LR_CHECK_RES(lr, collCommFinalize(c), collSuccess, c);
     LR_CHECK_RES(lr, collAllReduce(&v, &out, 1, collInt32, collSum, c, NULL), collInvalidUsage,
                  c);

@@ -1,9 +1,10 @@
 /*
  * COLL_CHECK_MISMATCH=1 (set by this test for itself): ranks that call a
- * collective with another count, datatype, op or root, or call another
- * collective, all get collInvalidUsage, with a message naming the differing
- * rank(s) and how they differ, before any byte of the user's buffers moves
- * (the receive buffer keeps its sentinel); and the communicator works after.
+ * collective (collAllToAll, collGather and collScatter among them) with another
+ * count, datatype, op or root, or call another collective, all get
+ * collInvalidUsage, with a message naming the differing rank(s) and how they
+ * differ, before any byte of the user's buffers moves (the receive buffer keeps
+ * its sentinel); and the communicator works after.
  *
  *   collrun -n 3 test_mismatch          test_mismatch --threads 4
  *
@@ -145,6 +146,25 @@ static void mismatch_body(struct launch_rank *lr)
     expect_mismatch(lr, "all-to-all count", r, &b, (const char *[]){c_odd, NULL});
     expect_works(lr, "all-to-all count", &b);
 
+    /* gather and scatter: the root, and one called where the others call the other */
+    fill(&b, me);
+    r = collGather(b.send, b.recv, COUNT, collFloat32, me == odd ? 1 : 0, comm, NULL);
+    snprintf(c_odd, sizeof(c_odd), "%scollGather with root 1", r_odd);
+    snprintf(c_rest, sizeof(c_rest), "%s with root 0", r_rest);
+    expect_mismatch(lr, "gather root", r, &b, (const char *[]){c_odd, c_rest, NULL});
+    expect_works(lr, "gather root", &b);
+    fill(&b, me);
+    if (me == odd)
+        r = collScatter(b.send, b.recv, COUNT, collFloat32, 0, comm, NULL);
+    else
+        r = collGather(b.send, b.recv, COUNT, collFloat32, 0, comm, NULL);
+    snprintf(c_odd, sizeof(c_odd), "%scollScatter(count %d, datatype float32, root 0)", r_odd,
+             COUNT);
+    snprintf(c_rest, sizeof(c_rest), "%s called collGather(count %d, datatype float32, root 0)",
+             r_rest, COUNT);
+    expect_mismatch(lr, "gather/scatter", r, &b, (const char *[]){c_odd, c_rest, NULL});
+    expect_works(lr, "gather/scatter", &b);
+
     /* two ranks differ alike (4 ranks and more): both are named together */
     if (n >= 4) {
         fill(&b, me);
@@ -175,6 +195,14 @@ static void mismatch_body(struct launch_rank *lr)
     r = collAllToAll(b.send, b.recv, COUNT, collFloat32, comm, NULL);
     LR_CHECK(lr, r == collSuccess && b.recv[(size_t)odd * COUNT] == (float)(odd + 1),
              "all-to-all: %s, %g", collGetErrorString(r), (double)b.recv[(size_t)odd * COUNT]);
+    fill(&b, me);
+    r = collGather(b.send, b.recv, COUNT, collFloat32, odd, comm, NULL);
+    LR_CHECK(lr, r == collSuccess && (me != odd || b.recv[COUNT] == 2.0f),
+             "gather: %s, %g", collGetErrorString(r), (double)b.recv[COUNT]);
+    fill(&b, me);
+    r = collScatter(b.send, b.recv, COUNT, collFloat32, odd, comm, NULL);
+    LR_CHECK(lr, r == collSuccess && b.recv[0] == (float)(odd + 1), "scatter: %s, %g",
+             collGetErrorString(r), (double)b.recv[0]);
     fill(&b, me);
     r = collBroadcast(b.send, b.recv, COUNT, collFloat32, odd, comm, NULL);
     LR_CHECK(lr, r == collSuccess && b.recv[0] == (float)(odd + 1), "broadcast: %s, %g",

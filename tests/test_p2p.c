@@ -1,18 +1,22 @@
 /*
- * collSend, collRecv, groups and collAllToAll, on every rank of a launch:
+ * collSend, collRecv, groups, collAllToAll, collGather and collScatter, on every
+ * rank of a launch:
  *
  *   collrun -n 4 --timeout 120 test_p2p      or      test_p2p --threads 5
  *
  * Checks, bit for bit: a ring exchange in a group; an all-to-all written with
  * sends and receives in one group (deadlock-free for any n); collAllToAll for
- * every type at counts 0, 1, 1000 and 100003, out of place and in place; several
- * messages to one peer arriving in order; messages to the rank itself; a
- * collective queued in a group with sends and receives; a group spanning two
- * communicators; the refused calls (peer out of range, NULL buffer, stream,
- * unbalanced collGroupEnd, a refused call inside a group) leaving the comm
- * usable.  Last, because it poisons the comm: rank 0 sends 1000 floats that rank
- * 1 receives as 500; both must fail within seconds, with the receive buffer's
- * guard bytes intact.
+ * every type at counts 0, 1, 1000 and 100003, out of place and in place;
+ * collGather and collScatter from the first and the last root at the same
+ * counts (every third type), and both inside an open group with a ring
+ * exchange, a nested group and a collective; several messages to one peer
+ * arriving in order; messages to the rank itself; a collective queued in a
+ * group with sends and receives; a group spanning two communicators; the
+ * refused calls (peer or root out of range, NULL buffer, stream, unbalanced
+ * collGroupEnd, a refused call inside a group) leaving the comm usable.  Last,
+ * because it poisons the comm: rank 0 sends 1000 floats that rank 1 receives as
+ * 500; both must fail within seconds, with the receive buffer's guard bytes
+ * intact.
  */
 #include <stdint.h>
 
@@ -148,6 +152,90 @@ static void test_alltoall(struct launch_rank *lr)
     }
 }
 
+/* collGather and collScatter alone, from the first and the last rank as root: rank
+ * r's block travels with tag 70 (gather) or 71 (scatter), and the buffers not
+ * used off the root are NULL there. */
+static void test_gather_scatter(struct launch_rank *lr)
+{
+    static const size_t counts[] = {0, 1, 1000, 100003};
+    int n = lr->nranks, r = lr->rank;
+    for (size_t ci = 0; ci < sizeof(counts) / sizeof(counts[0]); ci++) {
+        for (int t = 0; t < collNumTypes; t += 3) {
+            size_t block = counts[ci] * type_size[t], all = block * (size_t)n;
+            for (int root = 0; root < n; root += n > 1 ? n - 1 : 1) {
+                bool is_root = r == root;
+                uint8_t *s = alloc_guarded(lr, block), *d = alloc_guarded(lr, all);
+                fill(s, block, r, root, 70);
+                MUST(lr, collGather(s, is_root ? d : NULL, counts[ci], (collDataType_t)t, root,
+                                    lr->comm, NULL));
+                for (int i = 0; is_root && i < n; i++) {
+                    long w = first_wrong(d + (size_t)i * block, block, i, root, 70);
+                    LR_CHECK(lr, w < 0, "collGather count %zu type %d root %d: byte %ld from "
+                             "rank %d", counts[ci], t, root, w, i);
+                }
+                LR_CHECK(lr, guard_intact(d, all), "collGather count %zu: guard", counts[ci]);
+                for (int j = 0; is_root && j < n; j++)
+                    fill(d + (size_t)j * block, block, root, j, 71);
+                memset(s, 0, block);
+                MUST(lr, collScatter(is_root ? d : NULL, s, counts[ci], (collDataType_t)t, root,
+                                     lr->comm, NULL));
+                long w = first_wrong(s, block, root, r, 71);
+                LR_CHECK(lr, w < 0, "collScatter count %zu type %d root %d: byte %ld wrong",
+                         counts[ci], t, root, w);
+                LR_CHECK(lr, guard_intact(s, block), "collScatter count %zu: guard", counts[ci]);
+                free(s);
+                free(d);
+            }
+        }
+    }
+}
+
+/* collGather and collScatter join an open group: with a ring exchange, inside a
+ * nested group and next to a collective, nothing runs before the outer
+ * collGroupEnd; then everything is right. */
+static void test_grouped_gather_scatter(struct launch_rank *lr)
+{
+    enum { COUNT = 3000 };
+    int n = lr->nranks, r = lr->rank, next = (r + 1) % n, prev = (r + n - 1) % n;
+    int groot = n / 2, sroot = n - 1;
+    size_t bytes = COUNT * 4;
+    uint8_t *gs = alloc_guarded(lr, bytes), *gd = alloc_guarded(lr, bytes * (size_t)n);
+    uint8_t *ss = alloc_guarded(lr, bytes * (size_t)n), *sd = alloc_guarded(lr, bytes);
+    uint8_t *rs = alloc_guarded(lr, bytes), *rd = alloc_guarded(lr, bytes);
+    fill(gs, bytes, r, groot, 72);
+    for (int j = 0; j < n; j++)
+        fill(ss + (size_t)j * bytes, bytes, sroot, j, 73);
+    fill(rs, bytes, r, next, 74);
+    int32_t x = r + 1, y = 0;
+    /* Messages between two ranks pair up in the order issued, so every rank
+     * issues the gather, the scatter and the ring in the same order. */
+    MUST(lr, collGroupStart());
+    MUST(lr, collGather(gs, gd, COUNT, collFloat, groot, lr->comm, NULL));
+    MUST(lr, collGroupStart()); /* nested: only the outer end issues */
+    MUST(lr, collScatter(ss, sd, COUNT, collUint32, sroot, lr->comm, NULL));
+    MUST(lr, collAllReduce(&x, &y, 1, collInt32, collSum, lr->comm, NULL));
+    MUST(lr, collGroupEnd());
+    MUST(lr, collSend(rs, COUNT, collInt32, next, lr->comm, NULL));
+    MUST(lr, collRecv(rd, COUNT, collInt32, prev, lr->comm, NULL));
+    LR_CHECK(lr, sd[0] == 0 && rd[0] == 0 && y == 0, "calls ran before the outer collGroupEnd");
+    MUST(lr, collGroupEnd());
+    for (int i = 0; r == groot && i < n; i++) {
+        long w = first_wrong(gd + (size_t)i * bytes, bytes, i, groot, 72);
+        LR_CHECK(lr, w < 0, "grouped collGather: byte %ld from rank %d is wrong", w, i);
+    }
+    LR_CHECK(lr, first_wrong(sd, bytes, sroot, r, 73) < 0, "grouped collScatter wrong");
+    LR_CHECK(lr, first_wrong(rd, bytes, prev, r, 74) < 0, "grouped ring receive wrong");
+    LR_CHECK(lr, y == n * (n + 1) / 2, "grouped allreduce gave %d", y);
+    LR_CHECK(lr, guard_intact(gd, bytes * (size_t)n) && guard_intact(sd, bytes),
+             "grouped gather/scatter: guard overwritten");
+    free(gs);
+    free(gd);
+    free(ss);
+    free(sd);
+    free(rs);
+    free(rd);
+}
+
 /* Several messages to the same peer in one group arrive in the order sent. */
 static void test_order(struct launch_rank *lr)
 {
@@ -278,6 +366,10 @@ static void test_refused(struct launch_rank *lr)
                "stream");
     want_error(lr, collAllToAll(NULL, f, 1, collFloat, c, NULL), collInvalidArgument,
                "alltoall NULL", "sendbuff");
+    want_error(lr, collGather(f, f, 1, collFloat, n, c, NULL), collInvalidArgument,
+               "gather root n", "root");
+    want_error(lr, collScatter(f, f, 1, collFloat, -1, c, NULL), collInvalidArgument,
+               "scatter root -1", "root");
     LR_CHECK_RES(lr, collSend(f, 4, collFloat, 0, NULL, NULL), collInvalidArgument, NULL);
     LR_CHECK_RES(lr, collGroupEnd(), collInvalidUsage, NULL);
     /* A refused call inside a group: collGroupEnd reports it and issues nothing. */
@@ -299,6 +391,14 @@ static void test_refused(struct launch_rank *lr)
                  collInvalidArgument, c);
     LR_CHECK_RES(lr, collGroupEnd(), collInvalidArgument, c);
     LR_CHECK(lr, w == -1 && y == -1, "a group with a refused collective ran");
+    /* And for a gather refused inside a group (its root is out of range). */
+    w = -1;
+    MUST(lr, collGroupStart());
+    MUST(lr, collSend(&v, 1, collInt32, (lr->rank + 1) % n, c, NULL));
+    MUST(lr, collRecv(&w, 1, collInt32, (lr->rank + n - 1) % n, c, NULL));
+    LR_CHECK_RES(lr, collGather(&x, &y, 1, collInt32, n, c, NULL), collInvalidArgument, c);
+    LR_CHECK_RES(lr, collGroupEnd(), collInvalidArgument, c);
+    LR_CHECK(lr, w == -1, "a group with a refused gather ran");
     /* The comm is still usable. */
     test_ring(lr, 3);
 }
@@ -360,6 +460,8 @@ static void p2p_body(struct launch_rank *lr)
     test_group_alltoall(lr, 1);
     test_group_alltoall(lr, 40000);
     test_alltoall(lr);
+    test_gather_scatter(lr);
+    test_grouped_gather_scatter(lr);
     test_order(lr);
     test_self(lr);
     test_grouped_collective(lr);

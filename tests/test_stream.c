@@ -4,10 +4,10 @@
  *   1. arguments: NULL and foreign stream pointers are refused, naming the stream,
  *      and the comm stays usable;
  *   2. order: 120 calls of a seeded random program (allreduce sum/prod/max,
- *      broadcast from any root, a ring shift as a group of send + recv) on one
- *      stream, some of them with a NULL stream in between; every rank replays the
- *      program on all ranks' data and checks the final buffers, which any
- *      reordering would change;
+ *      broadcast, gather and scatter from any root, a ring shift as a group of
+ *      send + recv) on one stream, some of them with a NULL stream in between;
+ *      every rank replays the program on all ranks' data and checks the final
+ *      buffers, which any reordering would change;
  *   3. two communicators and two streams at once: a stream orders a call on one
  *      communicator after its call on the other; the second stream runs
  *      unrelated calls on both in between;
@@ -96,7 +96,9 @@ static void check_refusals(struct launch_rank *lr)
 
 /* --- 2. order: a random program, replayed on every rank's data --- */
 
-enum step_kind { STEP_SUM, STEP_PROD, STEP_MAX, STEP_BCAST, STEP_SHIFT, STEP_KINDS };
+enum step_kind {
+    STEP_SUM, STEP_PROD, STEP_MAX, STEP_BCAST, STEP_GATHER, STEP_SCATTER, STEP_SHIFT, STEP_KINDS
+};
 
 struct step {
     int kind;
@@ -117,10 +119,38 @@ static uint64_t initial(int rank, size_t j)
     return 2 * ((uint64_t)rank * 100003 + j * 7) + 1;
 }
 
+/* Elements per rank of a gather or scatter: block r of the buffer is rank r's. */
+static size_t gs_count(int n)
+{
+    return COUNT / (size_t)n;
+}
+
 /* Applies step st to the model of all ranks' buffers: model[r][cur[r]] is rank r's
  * current buffer (the shift moves it to the other one). */
 static void model_step(uint64_t **model, int n, const struct step *st, int *cur)
 {
+    if (st->kind == STEP_GATHER) {
+        /* The root's other buffer gets the first block of every rank's, and
+         * becomes its current one. */
+        size_t g = gs_count(n);
+        uint64_t *to = &model[st->root][(size_t)(1 - cur[st->root]) * COUNT];
+        for (int r = 0; r < n; r++)
+            memcpy(to + (size_t)r * g, &model[r][(size_t)cur[r] * COUNT], g * sizeof(uint64_t));
+        cur[st->root] = 1 - cur[st->root];
+        return;
+    }
+    if (st->kind == STEP_SCATTER) {
+        /* Block r of the root's buffer goes to the start of rank r's other buffer,
+         * which becomes every rank's current one. */
+        size_t g = gs_count(n);
+        const uint64_t *from = &model[st->root][(size_t)cur[st->root] * COUNT];
+        for (int r = 0; r < n; r++)
+            memcpy(&model[r][(size_t)(1 - cur[r]) * COUNT], from + (size_t)r * g,
+                   g * sizeof(uint64_t));
+        for (int r = 0; r < n; r++)
+            cur[r] = 1 - cur[r];
+        return;
+    }
     for (size_t j = 0; j < COUNT; j++) {
         uint64_t acc = st->kind == STEP_PROD ? 1 : 0;
         for (int r = 0; r < n; r++) {
@@ -166,6 +196,18 @@ static void issue_step(struct launch_rank *lr, uint64_t *buf, const struct step 
         break;
     case STEP_BCAST:
         MUST(lr, collBroadcast(x, x, COUNT, collUint64, st->root, comm, use), comm);
+        break;
+    case STEP_GATHER:
+        /* Off the root, the buffer of all blocks is NULL. */
+        MUST(lr, collGather(x, me == st->root ? y : NULL, gs_count(n), collUint64, st->root,
+                            comm, use), comm);
+        if (me == st->root)
+            *cur = 1 - *cur;
+        break;
+    case STEP_SCATTER:
+        MUST(lr, collScatter(me == st->root ? x : NULL, y, gs_count(n), collUint64, st->root,
+                             comm, use), comm);
+        *cur = 1 - *cur;
         break;
     default:
         MUST(lr, collGroupStart(), comm);

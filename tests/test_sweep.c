@@ -1,9 +1,9 @@
 /*
  * Sweep of every collective against a reference computed locally: allreduce,
- * broadcast, reduce, allgather and reduce_scatter x every data type x every
- * reduction op (for the reducing ones) x count {0, 1, n-1, 1000, 1M+3} x
- * out-of-place / in-place x root (every root for n <= 4, else 0, n/2 and n-1),
- * for the number of ranks it is started with.
+ * broadcast, reduce, allgather, reduce_scatter, gather and scatter x every data
+ * type x every reduction op (for the reducing ones) x count {0, 1, n-1, 1000,
+ * 1M+3} x out-of-place / in-place x root (every root for n <= 4, else 0, n/2 and
+ * n-1), for the number of ranks it is started with.
  *
  *   collrun -n 8 --timeout 600 test_sweep [--quick | --full] [--coll allreduce,reduce] [--mem]
  *   test_sweep --threads 4 [...]
@@ -18,14 +18,17 @@
  *
  * Every buffer has guard bytes on both sides that must survive the call; an
  * out-of-place sendbuff must come back unchanged, as must the parts of an
- * in-place buffer that are input only (the other blocks of reduce_scatter, the
- * whole buffer of reduce off the root).
+ * in-place buffer that are input only (the other blocks of reduce_scatter and of
+ * scatter, the whole buffer of reduce off the root) or unused (the whole buffer
+ * of gather and scatter off the root).  Off the root, an out-of-place gather
+ * gets a NULL recvbuff and an out-of-place scatter a NULL sendbuff, as the API
+ * allows.
  *
  * The reducing inputs repeat with a prime period (8191 elements) so that the
  * reference costs n x 8191 element operations per case rather than n x count; a
  * chunk of the library that landed a multiple of 8191 elements away from where it
  * belongs would go unseen, which no power-of-two or per-rank chunking produces.
- * Broadcast and allgather data are random bytes without period.
+ * Broadcast, allgather, gather and scatter data are random bytes without period.
  *
  * Then, for allreduce, inputs whose sum depends on the order of reduction:
  * every rank must end with the same bytes as every other (same_everywhere).
@@ -49,10 +52,23 @@
 #define MAX_NRANKS 64  /* bfloat16 sums of values in [-2, 2] stay exact up to here */
 #define MAX_REPORTS 40 /* mismatch reports per rank before it goes quiet */
 
-enum sweep_kind { K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_NUM };
+enum sweep_kind {
+    K_ALLREDUCE, K_BROADCAST, K_REDUCE, K_ALLGATHER, K_REDUCE_SCATTER, K_GATHER, K_SCATTER, K_NUM
+};
 
 static const char *const kind_names[K_NUM] = {"allreduce", "broadcast", "reduce", "allgather",
-                                              "reduce_scatter"};
+                                              "reduce_scatter", "gather", "scatter"};
+
+/* The kinds that reduce, and those with a root. */
+static bool kind_reduces(enum sweep_kind k)
+{
+    return k == K_ALLREDUCE || k == K_REDUCE || k == K_REDUCE_SCATTER;
+}
+
+static bool kind_rooted(enum sweep_kind k)
+{
+    return k == K_BROADCAST || k == K_REDUCE || k == K_GATHER || k == K_SCATTER;
+}
 
 enum sweep_mode { MODE_QUICK, MODE_SUBSET, MODE_FULL };
 
@@ -468,6 +484,15 @@ static uint64_t copy_key(const struct sweep_case *c, int rank)
     return mix64(c->seed + 0x51ed270b0ull * (uint64_t)(rank + 1));
 }
 
+/* The root's input of a scatter: block b, for rank b, keyed by b. */
+static void fill_blocks(const struct sweep_case *c, int n, unsigned char *p)
+{
+    size_t block = c->count * dtypes[c->dt].size;
+
+    for (int b = 0; b < n; b++)
+        fill_random(p + (size_t)b * block, block, copy_key(c, b));
+}
+
 /* ---- guarded buffers --------------------------------------------------------- */
 
 struct gbuf {
@@ -548,9 +573,8 @@ static void describe_case(const struct sweep_case *c, char *buf, size_t len)
     if (c->root >= 0)
         snprintf(root, sizeof(root), " root %d", c->root);
     snprintf(buf, len, "%s %s%s%s count %zu %s%s", kind_names[c->kind], dtypes[c->dt].name,
-             (c->kind == K_BROADCAST || c->kind == K_ALLGATHER) ? "" : " ",
-             (c->kind == K_BROADCAST || c->kind == K_ALLGATHER) ? "" : op_names[c->op], c->count,
-             c->inplace ? "in-place" : "out-of-place", root);
+             kind_reduces(c->kind) ? " " : "", kind_reduces(c->kind) ? op_names[c->op] : "",
+             c->count, c->inplace ? "in-place" : "out-of-place", root);
 }
 
 /*
@@ -615,6 +639,10 @@ static collResult_t call_collective(const struct sweep_case *c, const void *send
         return collReduce(send, recv, c->count, c->dt, c->op, c->root, comm, NULL);
     case K_ALLGATHER:
         return collAllGather(send, recv, c->count, c->dt, comm, NULL);
+    case K_GATHER:
+        return collGather(send, recv, c->count, c->dt, c->root, comm, NULL);
+    case K_SCATTER:
+        return collScatter(send, recv, c->count, c->dt, c->root, comm, NULL);
     default:
         return collReduceScatter(send, recv, c->count, c->dt, c->op, comm, NULL);
     }
@@ -627,7 +655,8 @@ static bool run_case(struct sweep_rank *sr, const struct sweep_case *c)
     struct launch_rank *lr = sr->lr;
     const int n = lr->nranks, me = lr->rank;
     const size_t es = dtypes[c->dt].size, count = c->count;
-    const bool reducing = c->kind != K_BROADCAST && c->kind != K_ALLGATHER;
+    const bool reducing = kind_reduces(c->kind);
+    const bool is_root = me == c->root;
     const int failures0 = lr->failures;
 
     /* The global element range of the reducing input, and one period of it. */
@@ -646,10 +675,13 @@ static bool run_case(struct sweep_rank *sr, const struct sweep_case *c)
     }
 
     /* Buffers: `io` for in place, else `sb` and `rb` (rb absent off the root of an
-     * out-of-place reduce, as the API allows). */
+     * out-of-place reduce or gather, sb off the root of an out-of-place scatter, as
+     * the API allows). */
     struct gbuf io = {0}, sb = {0}, rb = {0};
-    size_t send_elems = c->kind == K_REDUCE_SCATTER ? (size_t)n * count : count;
-    size_t recv_elems = c->kind == K_ALLGATHER ? (size_t)n * count : count;
+    size_t send_elems =
+        c->kind == K_REDUCE_SCATTER || c->kind == K_SCATTER ? (size_t)n * count : count;
+    size_t recv_elems =
+        c->kind == K_ALLGATHER || c->kind == K_GATHER ? (size_t)n * count : count;
     size_t io_elems = send_elems > recv_elems ? send_elems : recv_elems;
     size_t scratch_elems = io_elems > 0 ? io_elems : 1;
     unsigned char *scratch = malloc(scratch_elems * es);
@@ -663,29 +695,38 @@ static bool run_case(struct sweep_rank *sr, const struct sweep_case *c)
         if (reducing) {
             tile(io.data, mine, period, 0, io_elems, es);
         } else if (c->kind == K_BROADCAST) {
-            if (me == c->root)
+            if (is_root)
                 fill_random(io.data, count * es, copy_key(c, me));
+        } else if (c->kind == K_SCATTER) {
+            if (is_root)
+                fill_blocks(c, n, io.data);
         } else {
             fill_random(io.data + (size_t)me * count * es, count * es, copy_key(c, me));
         }
-        /* NCCL's in-place layouts: the own block of the larger buffer. */
+        /* NCCL's in-place layouts: the own block of the larger buffer (off the
+         * root of a gather or scatter too, as nccl-tests lays it out). */
         send = io.data;
         recv = io.data;
-        if (c->kind == K_ALLGATHER)
+        if (c->kind == K_ALLGATHER || c->kind == K_GATHER)
             send = io.data + (size_t)me * count * es;
-        else if (c->kind == K_REDUCE_SCATTER)
+        else if (c->kind == K_REDUCE_SCATTER || c->kind == K_SCATTER)
             recv = io.data + (size_t)me * count * es;
     } else {
-        gbuf_alloc(&sb, send_elems * es, 0);
-        if (reducing)
-            tile(sb.data, mine, period, 0, send_elems, es);
-        else if (c->kind == K_BROADCAST && me != c->root)
-            fill_random(sb.data, send_elems * es, ~copy_key(c, me)); /* must not be read */
-        else
-            fill_random(sb.data, send_elems * es, copy_key(c, me));
-        send = sb.data;
+        send = NULL;
+        if (c->kind != K_SCATTER || is_root) {
+            gbuf_alloc(&sb, send_elems * es, 0);
+            if (reducing)
+                tile(sb.data, mine, period, 0, send_elems, es);
+            else if (c->kind == K_BROADCAST && !is_root)
+                fill_random(sb.data, send_elems * es, ~copy_key(c, me)); /* must not be read */
+            else if (c->kind == K_SCATTER)
+                fill_blocks(c, n, sb.data);
+            else
+                fill_random(sb.data, send_elems * es, copy_key(c, me));
+            send = sb.data;
+        }
         recv = NULL;
-        if (c->kind != K_REDUCE || me == c->root) {
+        if ((c->kind != K_REDUCE && c->kind != K_GATHER) || is_root) {
             gbuf_alloc(&rb, recv_elems * es, 0xcb);
             recv = rb.data;
         }
@@ -715,17 +756,20 @@ static bool run_case(struct sweep_rank *sr, const struct sweep_case *c)
     if (c->inplace) {
         check_guards(sr, c, "buffer", &io);
     } else {
-        check_guards(sr, c, "sendbuff", &sb);
+        if (sb.raw)
+            check_guards(sr, c, "sendbuff", &sb);
         if (rb.raw)
             check_guards(sr, c, "recvbuff", &rb);
     }
 
     /* An out-of-place sendbuff comes back as it went in. */
-    if (!c->inplace) {
+    if (!c->inplace && sb.raw) {
         if (reducing)
             tile(scratch, mine, period, 0, send_elems, es);
-        else if (c->kind == K_BROADCAST && me != c->root)
+        else if (c->kind == K_BROADCAST && !is_root)
             fill_random(scratch, send_elems * es, ~copy_key(c, me));
+        else if (c->kind == K_SCATTER)
+            fill_blocks(c, n, scratch);
         else
             fill_random(scratch, send_elems * es, copy_key(c, me));
         compare(sr, c, "sendbuff (changed)", 0, sb.data, scratch, send_elems);
@@ -764,6 +808,34 @@ static bool run_case(struct sweep_rank *sr, const struct sweep_case *c)
         fill_random(scratch, count * es, copy_key(c, c->root));
         compare(sr, c, "recvbuff", 0, out, scratch, count);
         break;
+    case K_GATHER:
+        if (is_root || c->inplace) {
+            /* The root's result; off the root, the buffer as it was: the own
+             * block, then 0xcb (recvbuff is not used there). */
+            memset(scratch, 0xcb, io_elems * es);
+            for (int b = 0; b < n; b++)
+                if (is_root || b == me)
+                    fill_random(scratch + (size_t)b * count * es, count * es, copy_key(c, b));
+            compare(sr, c, is_root ? "recvbuff" : "buffer off the root (changed)", 0,
+                    c->inplace ? io.data : out, scratch, io_elems);
+        }
+        break;
+    case K_SCATTER:
+        fill_random(scratch, count * es, copy_key(c, me));
+        compare(sr, c, "recvbuff", 0, out, scratch, count);
+        if (c->inplace) {
+            /* The other blocks: the root's sendbuff, which is const; elsewhere
+             * not used. */
+            memset(scratch, 0xcb, io_elems * es);
+            if (is_root)
+                fill_blocks(c, n, scratch);
+            compare(sr, c, "buffer before own block (changed)", 0, io.data, scratch,
+                    (size_t)me * count);
+            size_t after = (size_t)(me + 1) * count;
+            compare(sr, c, "buffer after own block (changed)", after, io.data + after * es,
+                    scratch + after * es, io_elems - after);
+        }
+        break;
     default: /* K_ALLGATHER */
         for (int b = 0; b < n; b++) {
             size_t off = (size_t)b * count;
@@ -792,7 +864,7 @@ static bool big_case_selected(enum sweep_mode mode, enum sweep_kind k, collDataT
         return true;
     if (mode == MODE_QUICK)
         return false;
-    if (k == K_BROADCAST || k == K_ALLGATHER) /* one type per element size */
+    if (!kind_reduces(k)) /* one type per element size */
         return dt == collInt8 || dt == collFloat16 || dt == collFloat32 || dt == collFloat64;
     return op == collSum || dt == collFloat32 || dt == collInt32;
 }
@@ -828,8 +900,8 @@ static int roots_for(int n, int *roots)
 static void sweep_kind(struct sweep_rank *sr, enum sweep_kind k, struct sweep_tally *t)
 {
     const int n = sr->lr->nranks;
-    const bool reducing = k != K_BROADCAST && k != K_ALLGATHER;
-    const bool rooted = k == K_BROADCAST || k == K_REDUCE;
+    const bool reducing = kind_reduces(k);
+    const bool rooted = kind_rooted(k);
     size_t counts[5];
     int roots[MAX_NRANKS];
     size_t ncounts = counts_for(n, counts);
@@ -971,7 +1043,7 @@ static void usage(const char *prog)
             "  --large-when-full  no 1M+3 cases unless COLL_TEST_FULL is set\n"
             "  --full        1M+3 for everything (also COLL_TEST_FULL=1)\n"
             "  --coll LIST   only these, comma-separated: allreduce,broadcast,reduce,\n"
-            "                allgather,reduce_scatter\n"
+            "                allgather,reduce_scatter,gather,scatter\n"
             "  --mem         buffers from collMemAlloc (allreduce must then take the\n"
             "                direct path from COLL_SHM_DIRECT_BYTES up)\n"
             "  -v            one line per case on rank 0\n",
