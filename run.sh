@@ -10,8 +10,10 @@ mode=${1:-main}
 build=${BUILD_DIR:-build}
 
 # Debian packages the build and the tests need.
+# python3-dev, -numpy and -torch: the Python package, the torch.distributed backend and their
+# tests (suite 'python'), all for Debian's /usr/bin/python3.
 pkgs=(gcc clang meson ninja-build pkg-config libhwloc-dev libibverbs-dev zlib1g-dev python3
-      iproute2 procps psmisc)
+      python3-dev python3-numpy python3-torch iproute2 procps psmisc)
 missing=()
 for p in "${pkgs[@]}"; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
