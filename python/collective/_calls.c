@@ -128,23 +128,33 @@ static int parse_args(const struct call_spec *sp, PyObject *const *args, Py_ssiz
     return 0;
 }
 
+/* The index of o among names (the interned strs first, then by value); -1 when o
+ * is a str that names none of them, -2 when it is no str. */
+static int name_index(PyObject *o, PyObject *const *strs, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (o == strs[i])
+            return i;
+    if (!PyUnicode_Check(o))
+        return -2;
+    for (int i = 0; i < n; i++)
+        if (PyUnicode_CompareWithASCIIString(o, names[i]) == 0)
+            return i;
+    return -1;
+}
+
 static int parse_op(const char *fn, PyObject *o, collRedOp_t *op_p)
 {
     if (o == NULL) {
         *op_p = collSum;
         return 0;
     }
-    for (int i = 0; i < collNumOps; i++)
-        if (o == op_strs[i]) {
-            *op_p = (collRedOp_t)i;
-            return 0;
-        }
-    if (PyUnicode_Check(o)) {
-        for (int i = 0; i < collNumOps; i++)
-            if (PyUnicode_CompareWithASCIIString(o, op_names[i]) == 0) {
-                *op_p = (collRedOp_t)i;
-                return 0;
-            }
+    int i = name_index(o, op_strs, op_names, collNumOps);
+    if (i >= 0) {
+        *op_p = (collRedOp_t)i;
+        return 0;
+    }
+    if (i == -1) {
         coll_py_raise_fmt(collInvalidArgument, "%s: op '%U' is not one of sum, prod, max, min, "
                           "avg", fn, o);
         return -1;
@@ -170,17 +180,12 @@ static int parse_dtype(const char *fn, PyObject *o, int *dtype_p)
     *dtype_p = -1;
     if (o == NULL || o == Py_None)
         return 0;
-    for (int i = 0; i < collNumTypes; i++)
-        if (o == dtype_strs[i]) {
-            *dtype_p = i;
-            return 0;
-        }
-    if (PyUnicode_Check(o)) {
-        for (int i = 0; i < collNumTypes; i++)
-            if (PyUnicode_CompareWithASCIIString(o, dtype_names[i]) == 0) {
-                *dtype_p = i;
-                return 0;
-            }
+    int i = name_index(o, dtype_strs, dtype_names, collNumTypes);
+    if (i >= 0) {
+        *dtype_p = i;
+        return 0;
+    }
+    if (i == -1) {
         coll_py_raise_fmt(collInvalidArgument, "%s: dtype '%U' is not one of int8, uint8, "
                           "int32, uint32, int64, uint64, float16, float32, float64, bfloat16",
                           fn, o);

@@ -325,16 +325,9 @@ PyDoc_STRVAR(from_env_doc,
 "Blocks (without the GIL) until every rank has joined.  Raises InvalidArgument\n"
 "naming a missing or malformed variable.");
 
-static PyObject *comm_from_env(PyObject *cls, PyObject *unused)
+/* A new object of type around comm (which it then owns; destroyed on failure). */
+static PyObject *comm_new_of(PyTypeObject *type, collComm_t comm)
 {
-    PyTypeObject *type = (PyTypeObject *)cls;
-    collComm_t comm = NULL;
-    collResult_t res;
-    Py_BEGIN_ALLOW_THREADS
-    res = collCommInitFromEnv(&comm);
-    Py_END_ALLOW_THREADS
-    if (res != collSuccess)
-        return coll_py_raise(res, collGetLastError(NULL));
     struct py_comm *c = (struct py_comm *)type->tp_alloc(type, 0);
     if (c == NULL) {
         Py_BEGIN_ALLOW_THREADS
@@ -350,23 +343,22 @@ static PyObject *comm_from_env(PyObject *cls, PyObject *unused)
     return (PyObject *)c;
 }
 
+static PyObject *comm_from_env(PyObject *cls, PyObject *unused)
+{
+    collComm_t comm = NULL;
+    collResult_t res;
+    Py_BEGIN_ALLOW_THREADS
+    res = collCommInitFromEnv(&comm);
+    Py_END_ALLOW_THREADS
+    if (res != collSuccess)
+        return coll_py_raise(res, collGetLastError(NULL));
+    return comm_new_of((PyTypeObject *)cls, comm);
+}
+
 /* A new object of self's type around comm (which it then owns). */
 static PyObject *comm_wrap(struct py_comm *self, collComm_t comm)
 {
-    PyTypeObject *type = Py_TYPE(self);
-    struct py_comm *c = (struct py_comm *)type->tp_alloc(type, 0);
-    if (c == NULL) {
-        Py_BEGIN_ALLOW_THREADS
-        (void)collCommDestroy(comm);
-        Py_END_ALLOW_THREADS
-        return NULL;
-    }
-    c->comm = comm;
-    if (comm_fill(c) < 0) {
-        Py_DECREF(c);
-        return NULL;
-    }
-    return (PyObject *)c;
+    return comm_new_of(Py_TYPE(self), comm);
 }
 
 PyDoc_STRVAR(split_doc,
