@@ -141,6 +141,18 @@ def _one(tensors, what, call):
     return ts[0]
 
 
+def _per_rank(lists, what, call, n, one_msg, list_name):
+    """The inner list of n tensors that torch passes as [[t_0, ..., t_n-1]]; one_msg
+    (with {got}) refuses another number of lists, list_name names the inner one."""
+    if len(lists) != 1:
+        raise _fail(f"{call}: " + one_msg.format(got=len(lists)))
+    ts = _tensor_list(lists[0], f"{what}[0]", call)
+    if len(ts) != n:
+        raise _fail(f"{call}: the {list_name} list has {len(ts)} tensors; the group has "
+                    f"{n} ranks")
+    return ts
+
+
 def _same_kind(ref, t, what, call, ref_what, numel=None):
     """t must have ref's dtype, and numel elements (default: ref's)."""
     _check_tensor(t, what, call)
@@ -617,13 +629,9 @@ class ProcessGroupCollective(dist.ProcessGroup):
         if isinstance(input_tensors, torch.Tensor):  # allgather(List[Tensor], Tensor)
             output_tensors = [output_tensors]
         t = _one(input_tensors, "input_tensors", call)
-        outs = _tensor_list(output_tensors, "output_tensors", call)
-        if len(outs) != 1:
-            raise _fail(f"{call}: takes one list of output tensors (got {len(outs)}); the "
-                        f"*_multigpu forms are not supported")
-        outs = _tensor_list(outs[0], "output_tensors[0]", call)
-        if len(outs) != n:
-            raise _fail(f"{call}: the output list has {len(outs)} tensors; the group has {n} ranks")
+        outs = _per_rank(_tensor_list(output_tensors, "output_tensors", call), "output_tensors",
+                         call, n, "takes one list of output tensors (got {got}); the "
+                         "*_multigpu forms are not supported", "output")
         for i, o in enumerate(outs):
             _same_kind(t, o, f"output tensor {i}", call, "the input tensor")
         src = _src(t)
@@ -704,13 +712,9 @@ class ProcessGroupCollective(dist.ProcessGroup):
         else:
             opts_op = _opts_op(opts, dist.ReduceScatterOptions)
         out = _one(output_tensors, "output_tensors", call)
-        ins = _tensor_list(input_tensors, "input_tensors", call)
-        if len(ins) != 1:
-            raise _fail(f"{call}: takes one list of input tensors (got {len(ins)}); the "
-                        f"*_multigpu forms are not supported")
-        ins = _tensor_list(ins[0], "input_tensors[0]", call)
-        if len(ins) != n:
-            raise _fail(f"{call}: the input list has {len(ins)} tensors; the group has {n} ranks")
+        ins = _per_rank(_tensor_list(input_tensors, "input_tensors", call), "input_tensors",
+                        call, n, "takes one list of input tensors (got {got}); the "
+                        "*_multigpu forms are not supported", "input")
         for i, x in enumerate(ins):
             _same_kind(out, x, f"input tensor {i}", call, "the output tensor")
         op = _reduce_op(opts_op, out.dtype, call)
@@ -858,12 +862,8 @@ class ProcessGroupCollective(dist.ProcessGroup):
         is_root = self.rank() == root
         lists = _tensor_list(output_tensors, "output_tensors", call)
         if is_root:
-            if len(lists) != 1:
-                raise _fail(f"{call}: the root takes one list of output tensors (got {len(lists)})")
-            outs = _tensor_list(lists[0], "output_tensors[0]", call)
-            if len(outs) != n:
-                raise _fail(f"{call}: the gather list has {len(outs)} tensors; the group has "
-                            f"{n} ranks")
+            outs = _per_rank(lists, "output_tensors", call, n,
+                             "the root takes one list of output tensors (got {got})", "gather")
             for i, o in enumerate(outs):
                 _same_kind(t, o, f"gather_list[{i}]", call, "the input tensor")
         else:
@@ -909,12 +909,8 @@ class ProcessGroupCollective(dist.ProcessGroup):
         lists = _tensor_list(input_tensors, "input_tensors", call)
         count = out.numel()
         if is_root:
-            if len(lists) != 1:
-                raise _fail(f"{call}: the root takes one list of input tensors (got {len(lists)})")
-            ins = _tensor_list(lists[0], "input_tensors[0]", call)
-            if len(ins) != n:
-                raise _fail(f"{call}: the scatter list has {len(ins)} tensors; the group has "
-                            f"{n} ranks")
+            ins = _per_rank(lists, "input_tensors", call, n,
+                            "the root takes one list of input tensors (got {got})", "scatter")
             for i, x in enumerate(ins):
                 _same_kind(out, x, f"scatter_list[{i}]", call, "the output tensor")
             flat = torch.cat([x.reshape(-1) for x in ins])
