@@ -15,6 +15,7 @@
 #define COLLECTIVE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -235,6 +236,38 @@ COLL_API collResult_t collCommGetAsyncError(collComm_t comm, collResult_t *async
  * Thread safety: any thread. */
 COLL_API collResult_t collCommCount(const collComm_t comm, int *count);
 COLL_API collResult_t collCommUserRank(const collComm_t comm, int *rank);
+
+/*
+ * collCommGetBytes: bytes this rank has posted to its transports to send to (sent)
+ * and to receive from (received) the other ranks of comm since comm was made.
+ * Every call on comm counts: the collectives, collSend and collRecv, groups,
+ * collAllToAll, collGather and collScatter, blocking or on a stream; and so does
+ * the library's own traffic on comm's data path: the measurement of the machine
+ * model at init (a few small allreduces and 1 MiB allgathers), COLL_CHECK_MISMATCH's
+ * exchange, the small agreements of the direct allreduce, and collCommSplit's two
+ * allgathers (counted on the comm that is split).  Every collSend / collRecv
+ * message (those of collAllToAll, collGather and collScatter too) carries a
+ * 16-byte header, counted on both sides: a send of N bytes counts N + 16.  A
+ * rank's copy to itself (a send to itself, its own block of a gather, scatter or
+ * all-to-all, the copy of an out-of-place call) is not counted.  Bytes count when
+ * they are posted, before they arrive; a receive that the transport lends in
+ * place (shared memory, verbs) counts as it is taken.
+ * The direct allreduce on collMemAlloc buffers (from COLL_SHM_DIRECT_BYTES) moves
+ * its payload by reading the peers' buffers, not through the transports: the
+ * bytes this rank reads from the peers count as received, and those the peers
+ * read from this rank's buffers as sent (both S + (n - 2) x S_r, where S_r is
+ * this rank's segment, about S / n).
+ * Not counted: the bootstrap's out-of-band traffic (registration with the root,
+ * the ring, failure notices, collCommShrink's exchange), the transports'
+ * connection handshakes and their own control traffic (ring indices and wake-ups
+ * of shared memory, verbs credits).
+ * A communicator made by collCommSplit or collCommShrink starts at 0 (its own
+ * init traffic then counts on it).  Either pointer may be NULL (then not
+ * written).  Returns collInvalidArgument for a NULL comm.
+ * Thread safety: any thread, while comm is alive; a call still in progress (in
+ * another thread or on a stream) may have counted part of its bytes.
+ */
+COLL_API collResult_t collCommGetBytes(const collComm_t comm, uint64_t *sent, uint64_t *received);
 
 /* collGetErrorString: a static message for each result code.
  * Thread safety: any thread. */

@@ -274,6 +274,8 @@ static collResult_t comm_alloc(struct coll_comm **comm_p, int nranks, int rank,
     atomic_init(&comm->aborting, false);
     atomic_init(&comm->busy, 0);
     atomic_init(&comm->async_pending, 0);
+    atomic_init(&comm->bytes_sent, 0);
+    atomic_init(&comm->bytes_received, 0);
     *comm_p = comm;
     return collSuccess;
 }
@@ -519,6 +521,19 @@ COLL_API collResult_t collCommUserRank(const collComm_t comm, int *rank)
         return collInvalidArgument;
     }
     *rank = comm->rank;
+    return collSuccess;
+}
+
+COLL_API collResult_t collCommGetBytes(const collComm_t comm, uint64_t *sent, uint64_t *received)
+{
+    if (comm == NULL) {
+        coll_set_error(NULL, "collCommGetBytes: comm is NULL");
+        return collInvalidArgument;
+    }
+    if (sent != NULL)
+        *sent = atomic_load_explicit(&comm->bytes_sent, memory_order_relaxed);
+    if (received != NULL)
+        *received = atomic_load_explicit(&comm->bytes_received, memory_order_relaxed);
     return collSuccess;
 }
 

@@ -64,10 +64,12 @@ collResult_t coll_exec_isend(struct coll_comm *comm, struct coll_conn *c, const 
     if (n == 0)
         return collSuccess;
     collResult_t res = coll_conn_isend(c, buf, n, r_p);
-    if (res != collSuccess)
+    if (res != collSuccess) {
         exec_fail(comm, c, res);
-    else
+    } else {
         coll_flight_posted(comm, c, n);
+        coll_comm_count_bytes(comm, n, 0);
+    }
     return res;
 }
 
@@ -78,10 +80,12 @@ collResult_t coll_exec_irecv(struct coll_comm *comm, struct coll_conn *c, void *
     if (n == 0)
         return collSuccess;
     collResult_t res = coll_conn_irecv(c, buf, n, r_p);
-    if (res != collSuccess)
+    if (res != collSuccess) {
         exec_fail(comm, c, res);
-    else
+    } else {
         coll_flight_posted(comm, c, n);
+        coll_comm_count_bytes(comm, 0, n);
+    }
     return res;
 }
 
@@ -109,9 +113,11 @@ collResult_t coll_exec_peek(struct coll_comm *comm, struct coll_conn *c, size_t 
         return exec_failed_wait(comm, c, res);
     }
     if (*src_p != NULL) {
-        /* A lent fragment was never posted: it counts as posted and done. */
+        /* A lent fragment was never posted: it counts as posted and done (for
+         * collCommGetBytes too: a receive taken in place is still received). */
         coll_flight_posted(comm, c, *len_p);
         coll_flight_moved(comm, c, *len_p);
+        coll_comm_count_bytes(comm, 0, *len_p);
     }
     return collSuccess;
 }

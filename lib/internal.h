@@ -130,6 +130,14 @@ struct coll_comm {
     atomic_int busy;               /* threads inside a call on this comm */
     char last_error[COLL_ERRMSG_BYTES];
 
+    /* collCommGetBytes: bytes posted to the transports to send to / receive from
+     * the peers (coll_exec_isend, coll_exec_irecv, coll_exec_peek), and those the
+     * direct allreduce moves (mem.c).  Added on whichever thread runs the call
+     * (the caller's, a progress thread, a non-blocking init's), read from any:
+     * relaxed atomics (coll_comm_count_bytes). */
+    _Atomic uint64_t bytes_sent;
+    _Atomic uint64_t bytes_received;
+
     /* Flight recorder and COLL_CHECK_MISMATCH (flight.c, mismatch.c). */
     struct coll_flight *flight;          /* the last calls, for failure reports */
     bool check_mismatch;                 /* agree on each collective's arguments first */
@@ -178,6 +186,17 @@ const char *coll_comm_last_algo(const struct coll_comm *comm);
 /* Whether this rank has a send (is_send) or receive connection with peer yet;
  * for tests of what happens before a connection exists. */
 bool coll_comm_has_conn(const struct coll_comm *comm, int peer, bool is_send);
+
+/* Adds to comm's byte counters (collCommGetBytes).  Relaxed: they count, they
+ * order nothing. */
+static inline void coll_comm_count_bytes(struct coll_comm *comm, uint64_t sent,
+                                         uint64_t received)
+{
+    if (sent != 0)
+        atomic_fetch_add_explicit(&comm->bytes_sent, sent, memory_order_relaxed);
+    if (received != 0)
+        atomic_fetch_add_explicit(&comm->bytes_received, received, memory_order_relaxed);
+}
 
 /* Scratch of at least bytes, owned by comm. */
 collResult_t coll_comm_scratch(struct coll_comm *comm, size_t bytes, void **p_p);

@@ -373,19 +373,30 @@ collResult_t coll_mem_allreduce(struct coll_comm *comm, const struct coll_args *
         if (a->op == collAvg)
             coll_reduce_div(a->dtype, dst + at, dst + at, len, n);
     }
+    /* collCommGetBytes: what this rank reads from the peers' buffers counts as
+     * received once read, what they read from its buffers as sent once the
+     * barrier after their reads has passed.  Step 3 read segment r of the n-1
+     * peers' inputs; the peers read their segments of this rank's input. */
+    coll_comm_count_bytes(comm, 0, (uint64_t)(n - 1) * seg_len * esize);
     /* 4. Everyone's segment is final: copy the others'. */
     if ((res = mem_barrier(comm)) != collSuccess)
         goto out;
+    coll_comm_count_bytes(comm, (uint64_t)(a->count - seg_len) * esize, 0);
     for (int p = 0; p < n; p++) {
         size_t po, pl;
         coll_ring_chunk(a->count, n, p, &po, &pl);
         if (p != r && pl > 0)
             memcpy(dst + po * esize, buf[p].out + po * esize, pl * esize);
     }
+    /* Step 4 read the peers' final segments; they read segment r of this rank's
+     * output, each of the n-1. */
+    coll_comm_count_bytes(comm, 0, (uint64_t)(a->count - seg_len) * esize);
     /* 5. Nobody reuses its buffers while another still reads them. */
     res = mem_barrier(comm);
-    if (res == collSuccess)
+    if (res == collSuccess) {
+        coll_comm_count_bytes(comm, (uint64_t)(n - 1) * seg_len * esize, 0);
         *done_p = true;
+    }
 out:
     free(all);
     free(buf);

@@ -193,8 +193,12 @@ static void p2p_self_copy(struct p2p_run *run)
     }
 }
 
-/* Links each op to the previous one on its connection and makes the
- * connections: every send one first, then the receive ones. */
+/* Links each op to the previous one on its connection and makes the send
+ * connections.  A receive connection is made by its sender, who may make it only
+ * once this rank's own sends have reached it (a pipeline stage that sends forward
+ * and receives back in one group, from a neighbour that first waits for that
+ * send): receives whose connection is not there yet are left for p2p_pass, which
+ * looks for it while the rest of the group moves. */
 static collResult_t p2p_connect(struct p2p_run *run)
 {
     for (int i = 0; i < run->nops; i++) {
@@ -217,14 +221,25 @@ static collResult_t p2p_connect(struct p2p_run *run)
             struct coll_p2p_op *op = &run->ops[i];
             if (p2p_is_self(op) || op->is_send != (pass == 0))
                 continue;
-            collResult_t res = coll_transport_get_conn(op->comm, op->peer, op->is_send,
-                                                       &op->conn);
+            collResult_t res = op->is_send
+                                   ? coll_transport_get_conn(op->comm, op->peer, true, &op->conn)
+                                   : coll_transport_wait_recv_conn(op->comm, op->peer, 0,
+                                                                   &op->conn);
             if (res != collSuccess) {
                 coll_comm_poison(op->comm, res);
                 return res;
             }
         }
     }
+    return collSuccess;
+}
+
+/* A receive still without its connection: one look for it. */
+static collResult_t p2p_find_conn(struct coll_p2p_op *op, bool *moved_p)
+{
+    COLL_CHECK(coll_transport_wait_recv_conn(op->comm, op->peer, 0, &op->conn));
+    if (op->conn != NULL)
+        *moved_p = true;
     return collSuccess;
 }
 
@@ -274,6 +289,10 @@ static collResult_t p2p_pass(struct p2p_run *run, int *left_p, bool *moved_p)
         if (op->state == P2P_WAITING) {
             if ((op->prev >= 0 && run->ops[op->prev].state == P2P_WAITING) ||
                 *op->inflight >= P2P_MAX_INFLIGHT)
+                continue;
+            if (op->conn == NULL)
+                COLL_CHECK(p2p_find_conn(op, moved_p));
+            if (op->conn == NULL)
                 continue;
             op->state = P2P_POSTED;
             (*op->inflight)++;
@@ -325,8 +344,18 @@ static collResult_t p2p_idle(struct p2p_run *run, struct coll_wait *w)
     for (int i = 0; i < run->nops && first == NULL; i++)
         if (run->ops[i].state == P2P_POSTED)
             first = run->ops[i].comm;
-    if (first == NULL)
-        return collSuccess; /* only ops waiting for a slot: the next pass posts them */
+    if (first == NULL) {
+        /* Only ops waiting for a slot (the next pass posts them) or for their
+         * connection: wait for the first such connection, a while at most, so
+         * that the others are looked at too. */
+        for (int i = 0; i < run->nops; i++) {
+            struct coll_p2p_op *op = &run->ops[i];
+            if (op->state == P2P_WAITING && op->conn == NULL && !p2p_is_self(op) &&
+                (op->prev < 0 || run->ops[op->prev].state != P2P_WAITING))
+                return coll_transport_wait_recv_conn(op->comm, op->peer, 10, &op->conn);
+        }
+        return collSuccess;
+    }
     int64_t now = coll_now_ns();
     for (int c = 0; c < run->ncomms; c++) {
         struct coll_comm *comm = run->comms[c].comm;

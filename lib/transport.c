@@ -230,8 +230,11 @@ void coll_transport_sweep(struct coll_comm *comm, int64_t now)
     }
 }
 
+/* The connection with peer; a receive connection is waited for until until_ns at
+ * most (the comm's deadline, or sooner), and *conn_p is NULL when it is not made
+ * by then. */
 static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
-                                       struct coll_conn **conn_p)
+                                       int64_t until_ns, struct coll_conn **conn_p)
 {
     struct coll_peer *p = &comm->peers[peer];
     struct coll_conn **slot = is_send ? &p->send_conn : &p->recv_conn;
@@ -254,11 +257,14 @@ static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is
      * peer that died after init, before making this connection, sends no failure
      * notice: after each second of waiting, check that it is still there. */
     int64_t next_probe = coll_now_ns() + 1000000000LL;
+    *conn_p = NULL;
     while (*slot == NULL) {
         struct coll_conn *c = NULL;
         COLL_CHECK(transport_accept(comm, st, &c));
         if (c != NULL)
             continue;
+        if (until_ns < comm->deadline_ns && coll_now_ns() >= until_ns)
+            return collSuccess; /* not yet */
         if (atomic_load(&comm->aborting)) {
             coll_set_error(comm, "communicator aborted while waiting for rank %d", peer);
             return collRemoteError;
@@ -287,7 +293,8 @@ static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is
             pfds[i] = (struct pollfd){.fd = l->fds[i], .events = POLLIN};
         /* The peer may have failed before connecting: its notice ends the wait. */
         int nn = coll_bootstrap_notice_fds(comm, pfds + l->nfds);
-        int64_t ms = (comm->deadline_ns - now) / 1000000 + 1;
+        int64_t end = until_ns < comm->deadline_ns ? until_ns : comm->deadline_ns;
+        int64_t ms = (end - now) / 1000000 + 1;
         (void)poll(pfds, (nfds_t)(l->nfds + nn), ms > 100 ? 100 : (int)ms);
         COLL_CHECK(coll_bootstrap_notice_check(comm, pfds + l->nfds, nn));
     }
@@ -302,7 +309,17 @@ static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is
 collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
                                      struct coll_conn **conn_p)
 {
-    collResult_t res = transport_get_conn(comm, peer, is_send, conn_p);
+    collResult_t res = transport_get_conn(comm, peer, is_send, INT64_MAX, conn_p);
+    if (res != collSuccess)
+        coll_comm_poison(comm, res);
+    return res;
+}
+
+collResult_t coll_transport_wait_recv_conn(struct coll_comm *comm, int peer, int ms,
+                                           struct coll_conn **conn_p)
+{
+    collResult_t res = transport_get_conn(comm, peer, false,
+                                          coll_now_ns() + (int64_t)ms * 1000000LL, conn_p);
     if (res != collSuccess)
         coll_comm_poison(comm, res);
     return res;

@@ -130,6 +130,11 @@ void coll_transport_fini(struct coll_comm *comm);
  * within the comm's deadline.  A failure is described and poisons comm. */
 collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
                                      struct coll_conn **conn_p);
+/* The receive connection with peer, waiting ms at most for the peer to make it
+ * (0: one look); *conn_p is NULL when it is not made yet.  The comm's deadline, an
+ * abort or the peer's death fail it as coll_transport_get_conn does. */
+collResult_t coll_transport_wait_recv_conn(struct coll_comm *comm, int peer, int ms,
+                                           struct coll_conn **conn_p);
 /* Shuts every connection down so blocked peers and callers see an error. */
 void coll_transport_shutdown_all(struct coll_comm *comm);
 

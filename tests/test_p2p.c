@@ -12,11 +12,13 @@
  * exchange, a nested group and a collective; several messages to one peer
  * arriving in order; messages to the rank itself; a collective queued in a
  * group with sends and receives; a group spanning two communicators; the
- * refused calls (peer or root out of range, NULL buffer, stream, unbalanced
- * collGroupEnd, a refused call inside a group) leaving the comm usable.  Last,
- * because it poisons the comm: rank 0 sends 1000 floats that rank 1 receives as
- * 500; both must fail within seconds, with the receive buffer's guard bytes
- * intact.
+ * collCommGetBytes counters around sends, groups, collectives and a split
+ * (test_bytes; exact for the ring allreduce, which COLL_ALGO=allreduce:ring
+ * pins in the p2p-ring-* registrations); the refused calls (peer or root out
+ * of range, NULL buffer, stream, unbalanced collGroupEnd, a refused call inside
+ * a group) leaving the comm usable.  Last, because it poisons the comm: rank 0
+ * sends 1000 floats that rank 1 receives as 500; both must fail within seconds,
+ * with the receive buffer's guard bytes intact.
  */
 #include <stdint.h>
 
@@ -262,6 +264,51 @@ static void test_order(struct launch_rank *lr)
     }
 }
 
+/* A pipeline's first pass over a fresh communicator: each stage receives from the
+ * stage before it, then sends on and receives the answer back in one group, then
+ * answers the stage before.  A stage's group receives from a neighbour that has
+ * never sent to it and sends to it only after this group's send has arrived: the
+ * group must post its send before the receive's connection exists (it once waited
+ * for that connection first, and the pipeline stopped).  Stages run in rank order,
+ * then in reverse, each on a communicator split off fresh. */
+static void test_chain(struct launch_rank *lr, size_t bytes)
+{
+    int n = lr->nranks, r = lr->rank;
+    for (int reverse = 0; reverse < 2; reverse++) {
+        collComm_t c;
+        MUST(lr, collCommSplit(lr->comm, 0, reverse ? n - 1 - r : r, &c, NULL));
+        /* ranks in c are the stages */
+        int stage = reverse ? n - 1 - r : r;
+        int prev = stage > 0 ? stage - 1 : -1, next = stage < n - 1 ? stage + 1 : -1;
+        uint8_t *in = alloc_guarded(lr, bytes), *out = alloc_guarded(lr, bytes);
+        uint8_t *back = alloc_guarded(lr, bytes), *ans = alloc_guarded(lr, bytes);
+        if (prev >= 0)
+            MUST(lr, collRecv(in, bytes, collUint8, prev, c, NULL));
+        fill(out, bytes, stage, next, 60);
+        if (next >= 0) {
+            MUST(lr, collGroupStart());
+            MUST(lr, collSend(out, bytes, collUint8, next, c, NULL));
+            MUST(lr, collRecv(back, bytes, collUint8, next, c, NULL));
+            MUST(lr, collGroupEnd());
+            long w = first_wrong(back, bytes, next, stage, 61);
+            LR_CHECK(lr, w < 0, "chain%s, %zu bytes: the answer from stage %d: byte %ld wrong",
+                     reverse ? " reversed" : "", bytes, next, w);
+        }
+        if (prev >= 0) {
+            long w = first_wrong(in, bytes, prev, stage, 60);
+            LR_CHECK(lr, w < 0, "chain%s, %zu bytes: from stage %d: byte %ld wrong",
+                     reverse ? " reversed" : "", bytes, prev, w);
+            fill(ans, bytes, stage, prev, 61);
+            MUST(lr, collSend(ans, bytes, collUint8, prev, c, NULL));
+        }
+        free(in);
+        free(out);
+        free(back);
+        free(ans);
+        MUST(lr, collCommDestroy(c));
+    }
+}
+
 /* Messages to the rank itself: matched in order inside a group; refused alone. */
 static void test_self(struct launch_rank *lr)
 {
@@ -333,6 +380,233 @@ static void test_two_comms(struct launch_rank *lr)
     LR_CHECK(lr, got_fw == 10 * prev && got_bw == 20 * next, "two comms: got %d %d", got_fw,
              got_bw);
     LR_CHECK_RES(lr, collCommDestroy(c2), collSuccess, NULL);
+}
+
+/* collCommGetBytes: a message carries a 16-byte header before its data (lib/p2p.c),
+ * which the counters include, on both sides. */
+#define P2P_HEADER_BYTES 16u
+
+struct bytes_mark {
+    uint64_t sent, received;
+};
+
+static struct bytes_mark bytes_now(struct launch_rank *lr)
+{
+    struct bytes_mark m = {0, 0};
+    MUST(lr, collCommGetBytes(lr->comm, &m.sent, &m.received));
+    return m;
+}
+
+/* Checks this rank's counters grew by exactly (sent, received) since `before`,
+ * and that every byte some rank posted to send was posted to be received by
+ * another (the sums over the ranks agree).  The sums are taken with an allreduce
+ * after the second reading, so they do not count themselves. */
+static void bytes_expect(struct launch_rank *lr, struct bytes_mark before, uint64_t sent,
+                         uint64_t received, const char *what)
+{
+    struct bytes_mark after = bytes_now(lr);
+    uint64_t ds = after.sent - before.sent, dr = after.received - before.received;
+    LR_CHECK(lr, ds == sent && dr == received,
+             "%s: sent %llu and received %llu bytes, want %llu and %llu", what,
+             (unsigned long long)ds, (unsigned long long)dr, (unsigned long long)sent,
+             (unsigned long long)received);
+    uint64_t d[2] = {ds, dr}, sum[2] = {0, 0};
+    MUST(lr, collAllReduce(d, sum, 2, collUint64, collSum, lr->comm, NULL));
+    LR_CHECK(lr, sum[0] == sum[1], "%s: the ranks sent %llu bytes in all but received %llu",
+             what, (unsigned long long)sum[0], (unsigned long long)sum[1]);
+}
+
+/* Bytes of segment j of count elements cut n ways, as the ring cuts them
+ * (coll_ring_chunk: the first count % n segments one element longer). */
+static uint64_t ring_seg_bytes(size_t count, int n, int j, size_t esize)
+{
+    size_t len = count / (size_t)n + ((size_t)j < count % (size_t)n ? 1 : 0);
+    return (uint64_t)len * esize;
+}
+
+/* collCommGetBytes, as deltas (init and the earlier tests count too):
+ *   - rank 0 sends N bytes to rank 1, blocking and then on a stream (counted on
+ *     the progress thread): N + header on each side, nothing on the other ranks;
+ *   - a group of a send and a receive to itself: nothing;
+ *   - collAllToAll and collGather: a message per peer;
+ *   - an allreduce of S bytes by the ring (COLL_ALGO=allreduce:ring, the
+ *     registrations p2p-ring-*; checked whenever the ring ran it): rank r sends
+ *     in the reduce-scatter every segment but r+1 and in the allgather every one
+ *     but r+2, and receives every segment but r, then every one but r+1;
+ *   - a communicator of one rank split off: starts at 0, and nothing moves;
+ *   - a NULL comm is refused naming it; NULL outputs are accepted. */
+static void test_bytes(struct launch_rank *lr)
+{
+    int n = lr->nranks, r = lr->rank;
+    collComm_t c = lr->comm;
+
+    if (n >= 2) {
+        const size_t N = 4000;
+        uint8_t *buf = alloc_guarded(lr, N);
+        fill(buf, N, 0, 1, 80);
+        collStream_t st;
+        MUST(lr, collStreamCreate(&st));
+        for (int on_stream = 0; on_stream < 2; on_stream++) {
+            collStream_t s = on_stream ? st : NULL;
+            struct bytes_mark b = bytes_now(lr);
+            if (r == 0)
+                MUST(lr, collSend(buf, N, collUint8, 1, c, s));
+            else if (r == 1)
+                MUST(lr, collRecv(buf, N, collUint8, 0, c, s));
+            if (s != NULL)
+                MUST(lr, collStreamSynchronize(s));
+            uint64_t msg = N + P2P_HEADER_BYTES;
+            bytes_expect(lr, b, r == 0 ? msg : 0, r == 1 ? msg : 0,
+                         on_stream ? "a send of 4000 bytes on a stream" : "a send of 4000 bytes");
+        }
+        MUST(lr, collStreamDestroy(st));
+        if (r == 1)
+            LR_CHECK(lr, first_wrong(buf, N, 0, 1, 80) < 0, "the counted send arrived wrong");
+        free(buf);
+    }
+
+    /* To itself only: a local copy. */
+    {
+        int32_t x[100], y[100];
+        for (int i = 0; i < 100; i++)
+            x[i] = r * 1000 + i;
+        struct bytes_mark b = bytes_now(lr);
+        MUST(lr, collGroupStart());
+        MUST(lr, collSend(x, 100, collInt32, r, c, NULL));
+        MUST(lr, collRecv(y, 100, collInt32, r, c, NULL));
+        MUST(lr, collGroupEnd());
+        bytes_expect(lr, b, 0, 0, "a group of a send and a receive to itself");
+        LR_CHECK(lr, memcmp(x, y, sizeof(x)) == 0, "the send to itself arrived wrong");
+    }
+
+    /* An all-to-all of B-byte blocks, and a gather of B bytes to the last rank. */
+    {
+        const size_t B = 1000;
+        uint8_t *s = alloc_guarded(lr, B * (size_t)n), *d = alloc_guarded(lr, B * (size_t)n);
+        memset(s, r, B * (size_t)n);
+        uint64_t msg = B + P2P_HEADER_BYTES, peers = (uint64_t)(n - 1);
+        struct bytes_mark b = bytes_now(lr);
+        MUST(lr, collAllToAll(s, d, B, collUint8, c, NULL));
+        bytes_expect(lr, b, peers * msg, peers * msg, "collAllToAll");
+        int root = n - 1;
+        b = bytes_now(lr);
+        MUST(lr, collGather(s, r == root ? d : NULL, B, collUint8, root, c, NULL));
+        bytes_expect(lr, b, r == root ? 0 : msg, r == root ? peers * msg : 0, "collGather");
+        free(s);
+        free(d);
+    }
+
+    /* An allreduce of S = 4 x 50003 bytes: under COLL_SHM_DIRECT_BYTES (256 KiB),
+     * so the direct path's agreement (which counts) does not run. */
+    {
+        const size_t count = 50003, esize = sizeof(float);
+        float *x = malloc(count * esize), *y = malloc(count * esize);
+        if (x == NULL || y == NULL)
+            launch_fatal(lr, "out of memory");
+        for (size_t i = 0; i < count; i++)
+            x[i] = (float)(i % 7);
+        struct bytes_mark b = bytes_now(lr);
+        MUST(lr, collAllReduce(x, y, count, collFloat, collSum, c, NULL));
+        const char *algo = coll_comm_last_algo(c);
+        const char *pin = getenv("COLL_ALGO");
+        bool pinned = pin != NULL && (strcmp(pin, "ring") == 0 ||
+                                      strcmp(pin, "allreduce:ring") == 0);
+        LR_CHECK(lr, !pinned || strcmp(algo, "ring") == 0,
+                 "COLL_ALGO=%s, but the allreduce ran %s", pin ? pin : "", algo);
+        if (strcmp(algo, "ring") == 0) {
+            uint64_t S = (uint64_t)count * esize;
+            uint64_t sent = n == 1 ? 0
+                                   : 2 * S - ring_seg_bytes(count, n, (r + 1) % n, esize) -
+                                         ring_seg_bytes(count, n, (r + 2) % n, esize);
+            uint64_t recvd = n == 1 ? 0
+                                    : 2 * S - ring_seg_bytes(count, n, r, esize) -
+                                          ring_seg_bytes(count, n, (r + 1) % n, esize);
+            bytes_expect(lr, b, sent, recvd, "a ring allreduce of 200012 bytes");
+        } else {
+            /* Another algorithm: the sums over the ranks must still agree. */
+            struct bytes_mark a = bytes_now(lr);
+            bytes_expect(lr, b, a.sent - b.sent, a.received - b.received,
+                         "an allreduce of 200012 bytes");
+        }
+        LR_CHECK(lr, y[1] == (float)n && y[count - 1] == (float)(((count - 1) % 7) * n),
+                 "the counted allreduce gave %g %g", (double)y[1], (double)y[count - 1]);
+        free(x);
+        free(y);
+    }
+
+    /* An allreduce of 400012 bytes of collMemAlloc memory, from the default
+     * COLL_SHM_DIRECT_BYTES (256 KiB) on: with every rank on shared memory it
+     * reads the peers' buffers (checked when it did).  Rank r reads segment r of
+     * the n-1 other inputs and the n-1 other final segments, and the peers read as
+     * much from its buffers: S + (n-2) x S_r each way, plus the few hundred bytes
+     * of the path's agreements (recursive doubling, through the transports). */
+    {
+        const size_t count = 100003, esize = sizeof(float);
+        float *x = NULL, *y = NULL;
+        MUST(lr, collMemAlloc((void **)&x, count * esize));
+        MUST(lr, collMemAlloc((void **)&y, count * esize));
+        for (size_t i = 0; i < count; i++)
+            x[i] = (float)(i % 5);
+        struct bytes_mark b = bytes_now(lr);
+        MUST(lr, collAllReduce(x, y, count, collFloat, collSum, c, NULL));
+        struct bytes_mark a = bytes_now(lr);
+        if (strcmp(coll_comm_last_algo(c), "direct") == 0) {
+            uint64_t want = (uint64_t)count * esize +
+                            (uint64_t)(n - 2) * ring_seg_bytes(count, n, r, esize);
+            uint64_t ds = a.sent - b.sent, dr = a.received - b.received, slack = 16384;
+            LR_CHECK(lr, ds >= want && ds <= want + slack && dr >= want && dr <= want + slack,
+                     "the direct allreduce of 400012 bytes sent %llu and received %llu bytes, "
+                     "want %llu (+ at most %llu) each", (unsigned long long)ds,
+                     (unsigned long long)dr, (unsigned long long)want,
+                     (unsigned long long)slack);
+        }
+        bytes_expect(lr, b, a.sent - b.sent, a.received - b.received, "a direct allreduce");
+        LR_CHECK(lr, y[1] == (float)n && y[count - 1] == (float)(((count - 1) % 5) * n),
+                 "the counted direct allreduce gave %g %g", (double)y[1], (double)y[count - 1]);
+        MUST(lr, collMemFree(x));
+        MUST(lr, collMemFree(y));
+    }
+
+    /* A communicator of one rank: its own counters, at 0, and none of its calls
+     * leaves the rank. */
+    {
+        collComm_t solo = NULL;
+        struct bytes_mark b = bytes_now(lr);
+        MUST(lr, collCommSplit(c, r, 0, &solo, NULL));
+        struct bytes_mark parent = bytes_now(lr);
+        LR_CHECK(lr, n == 1 || parent.sent > b.sent,
+                 "collCommSplit's allgathers did not count on the parent");
+        uint64_t s = 1, rv = 1;
+        LR_CHECK_RES(lr, collCommGetBytes(solo, &s, &rv), collSuccess, solo);
+        LR_CHECK(lr, s == 0 && rv == 0, "a split-off communicator starts at %llu / %llu",
+                 (unsigned long long)s, (unsigned long long)rv);
+        float v = 1, w = 0;
+        LR_CHECK_RES(lr, collAllReduce(&v, &w, 1, collFloat, collSum, solo, NULL), collSuccess,
+                     solo);
+        LR_CHECK_RES(lr, collCommGetBytes(solo, &s, &rv), collSuccess, solo);
+        LR_CHECK(lr, s == 0 && rv == 0 && w == 1,
+                 "one rank's allreduce counted %llu / %llu (result %g)",
+                 (unsigned long long)s, (unsigned long long)rv, (double)w);
+        LR_CHECK_RES(lr, collCommDestroy(solo), collSuccess, NULL);
+    }
+
+    /* Refused: a NULL comm.  Accepted: NULL outputs. */
+    {
+        uint64_t s = 7, rv = 7;
+        LR_CHECK_RES(lr, collCommGetBytes(NULL, &s, &rv), collInvalidArgument, NULL);
+        const char *msg = collGetLastError(NULL);
+        LR_CHECK(lr, strstr(msg, "collCommGetBytes") != NULL && strstr(msg, "comm") != NULL,
+                 "the refusal '%s' does not name collCommGetBytes and comm", msg);
+        struct bytes_mark m = bytes_now(lr);
+        LR_CHECK_RES(lr, collCommGetBytes(c, NULL, NULL), collSuccess, c);
+        s = rv = 0;
+        LR_CHECK_RES(lr, collCommGetBytes(c, &s, NULL), collSuccess, c);
+        LR_CHECK_RES(lr, collCommGetBytes(c, NULL, &rv), collSuccess, c);
+        LR_CHECK(lr, s == m.sent && rv == m.received,
+                 "with one output NULL: %llu / %llu, want %llu / %llu", (unsigned long long)s,
+                 (unsigned long long)rv, (unsigned long long)m.sent,
+                 (unsigned long long)m.received);
+    }
 }
 
 static void want_error(struct launch_rank *lr, collResult_t got, collResult_t want,
@@ -463,9 +737,12 @@ static void p2p_body(struct launch_rank *lr)
     test_gather_scatter(lr);
     test_grouped_gather_scatter(lr);
     test_order(lr);
+    test_chain(lr, 65536);
+    test_chain(lr, 3u << 20);
     test_self(lr);
     test_grouped_collective(lr);
     test_two_comms(lr);
+    test_bytes(lr);
     test_refused(lr);
     test_mismatch(lr); /* last: it poisons the comm */
 }

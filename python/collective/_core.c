@@ -550,6 +550,25 @@ static PyObject *comm_async_error(PyObject *self, PyObject *unused)
     return PyLong_FromLong((long)err);
 }
 
+PyDoc_STRVAR(bytes_doc,
+"bytes($self)\n--\n\n"
+"(sent, received): the bytes this rank has posted to send to and to receive from\n"
+"the other ranks since the communicator was made (collCommGetBytes; what counts\n"
+"is listed there).  Take differences around a step.");
+
+static PyObject *comm_bytes(PyObject *self, PyObject *unused)
+{
+    struct py_comm *c = (struct py_comm *)self;
+    if (c->comm == NULL)
+        return coll_py_raise(collInvalidUsage, c->aborting ? "bytes: the communicator was "
+                             "aborted" : "bytes: the communicator was destroyed");
+    uint64_t sent = 0, received = 0;
+    collResult_t res = collCommGetBytes(c->comm, &sent, &received);
+    if (res != collSuccess)
+        return coll_py_raise_comm(c, res);
+    return Py_BuildValue("(KK)", (unsigned long long)sent, (unsigned long long)received);
+}
+
 /* An int argument of raw() into *out, raising TypeError naming it. */
 static int raw_long(PyObject *o, const char *name, long long *out)
 {
@@ -674,6 +693,7 @@ static PyMethodDef comm_life_methods[] = {
     {"abort", comm_abort, METH_NOARGS, abort_doc},
     {"last_error", comm_last_error, METH_NOARGS, last_error_doc},
     {"async_error", comm_async_error, METH_NOARGS, async_error_doc},
+    {"bytes", comm_bytes, METH_NOARGS, bytes_doc},
     {"raw", (PyCFunction)(void (*)(void))comm_raw, METH_FASTCALL | METH_KEYWORDS, raw_doc},
     {NULL, NULL, 0, NULL},
 };

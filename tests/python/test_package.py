@@ -595,6 +595,21 @@ check(issubclass(collective.RemoteError, collective.Error), "RemoteError is an E
 comm.barrier()   # refused calls left the communicator usable
 check(comm.async_error() == 0, "no refused call poisoned the communicator")
 
+# bytes() (collCommGetBytes): rank 0 sends 4000 bytes to rank 1, which count with the
+# message's 16-byte header on each side, and nothing on the other ranks.
+b0 = comm.bytes()
+check(isinstance(b0, tuple) and len(b0) == 2 and all(isinstance(v, int) and v >= 0 for v in b0),
+      "bytes() is a (sent, received) pair of ints: %r" % (b0,))
+if N >= 2 and R == 0:
+    comm.send(np.zeros(1000, np.float32), 1)
+elif N >= 2 and R == 1:
+    comm.recv(np.zeros(1000, np.float32), 0)
+b1 = comm.bytes()
+want = (4016 if N >= 2 and R == 0 else 0, 4016 if N >= 2 and R == 1 else 0)
+check((b1[0] - b0[0], b1[1] - b0[1]) == want,
+      "bytes() around a send of 4000 bytes grew by %r, want %r"
+      % ((b1[0] - b0[0], b1[1] - b0[1]), want))
+
 # A failure during an async call: a size mismatch poisons a throwaway communicator,
 # and wait() raises the library's text, which names both sizes.
 pair = comm.split(1 if R < 2 else None)
@@ -620,5 +635,7 @@ comm.barrier()
 
 comm.destroy()
 comm.destroy()
+expect_error(comm.bytes, collective.InvalidUsage, ["bytes", "destroyed"],
+             "bytes() of a destroyed communicator")
 print("[%d] %d passed, %d failed" % (R, passed, len(failures)), flush=True)
 sys.exit(1 if failures else 0)
