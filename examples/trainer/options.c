@@ -38,6 +38,13 @@ static const char usage[] =
     "  --elastic              ddp: when ranks fail, the survivors shrink the communicator,\n"
     "                         re-shard the data among themselves and go on from the\n"
     "                         current step (run under collrun --keep-going)\n"
+    "  --tp T                 tensor parallelism: hidden layers in pairs split over T\n"
+    "                         ranks (default 1)\n"
+    "  --pp P                 pipeline parallelism: the layers in P stages (default 1);\n"
+    "                         the ranks form a grid of T x P x D, D data-parallel replicas\n"
+    "  --micro-batches M      pipeline: micro-batches per global batch (default 1 with\n"
+    "                         --pp 1, else 4)\n"
+    "  --schedule gpipe|1f1b  pipeline schedule (default 1f1b)\n"
     "  --fail-at R:S          test hook: rank R kills itself (SIGKILL) before step S\n"
     "  --help                 this text\n";
 
@@ -56,6 +63,9 @@ static void defaults(struct options *o)
     o->fail_step = -1;
     o->mode = MODE_DDP;
     o->bucket_mb = 1.0;
+    o->tp = 1;
+    o->pp = 1;
+    o->schedule = PIPE_1F1B;
 }
 
 static int bad(const char *flag, const char *value, const char *want)
@@ -127,6 +137,29 @@ static int parse_mode(const char *flag, const char *v, struct options *o)
     return 0;
 }
 
+static int parse_schedule(const char *flag, const char *v, struct options *o)
+{
+    if (strcmp(v, "gpipe") == 0)
+        o->schedule = PIPE_GPIPE;
+    else if (strcmp(v, "1f1b") == 0)
+        o->schedule = PIPE_1F1B;
+    else
+        return bad(flag, v, "gpipe or 1f1b");
+    return 0;
+}
+
+/* --tp, --pp: a group size in [1, 64]. */
+static int parse_width(const char *flag, const char *v, int *out)
+{
+    long x;
+    if (parse_long(flag, v, 1, &x) != 0)
+        return 2;
+    if (x > 64)
+        return bad(flag, v, "a number of ranks in [1, 64]");
+    *out = (int)x;
+    return 0;
+}
+
 static int parse_algo(const char *flag, const char *v, struct options *o)
 {
     static const char *const names[] = {"ring", "tree", "naive", "rd"};
@@ -159,6 +192,14 @@ static int parse_flag(const char *flag, const char *v, struct options *o)
         return parse_algo(flag, v, o);
     if (strcmp(flag, "--bucket-mb") == 0)
         return parse_double(flag, v, 0.0, 1e6, &o->bucket_mb, "a number of MiB >= 0");
+    if (strcmp(flag, "--tp") == 0)
+        return parse_width(flag, v, &o->tp);
+    if (strcmp(flag, "--pp") == 0)
+        return parse_width(flag, v, &o->pp);
+    if (strcmp(flag, "--micro-batches") == 0)
+        return parse_long(flag, v, 1, &o->micro_batches);
+    if (strcmp(flag, "--schedule") == 0)
+        return parse_schedule(flag, v, o);
     if (strcmp(flag, "--checkpoint-every") == 0)
         return parse_long(flag, v, 1, &o->checkpoint_every);
     if (strcmp(flag, "--fail-at") == 0) {
@@ -186,7 +227,7 @@ static bool known_flag(const char *flag)
     static const char *const names[] = {
         "--steps", "--batch", "--lr", "--momentum", "--seed", "--hidden", "--mode", "--algo",
         "--bucket-mb", "--checkpoint-every", "--data", "--checkpoint", "--resume",
-        "--dump-params", "--fail-at"};
+        "--dump-params", "--fail-at", "--tp", "--pp", "--micro-batches", "--schedule"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(flag, names[i]) == 0)
             return true;
@@ -217,6 +258,17 @@ static int check_combination(const struct options *o)
     if (o->elastic && o->mode == MODE_PS) {
         fprintf(stderr, "dp_trainer: --elastic: needs --mode ddp (in ps mode rank 0 alone "
                         "holds the optimizer state)\n");
+        return 2;
+    }
+    bool model_parallel = o->tp > 1 || o->pp > 1;
+    if (model_parallel && o->mode == MODE_PS) {
+        fprintf(stderr, "dp_trainer: --mode: ps keeps the whole model on every rank; model "
+                        "parallelism (--tp %d, --pp %d) needs --mode ddp\n", o->tp, o->pp);
+        return 2;
+    }
+    if (model_parallel && o->elastic) {
+        fprintf(stderr, "dp_trainer: --elastic: needs --tp 1 --pp 1 (a lost rank takes a "
+                        "part of the model with it)\n");
         return 2;
     }
     if (o->checkpoint_every != 0 && o->checkpoint == NULL) {
@@ -264,6 +316,8 @@ int options_parse(int argc, char **argv, struct options *o)
         if (r != 0)
             return r;
     }
+    if (o->micro_batches == 0)
+        o->micro_batches = o->pp == 1 ? 1 : 4;
     return check_combination(o);
 }
 

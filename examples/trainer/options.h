@@ -7,6 +7,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "pipeline.h"
+
 #define TRAINER_MAX_HIDDEN 16
 
 enum trainer_mode { MODE_DDP, MODE_PS };
@@ -32,6 +34,11 @@ struct options {
     bool elastic;           /* on a rank's failure, shrink and go on */
     long fail_rank;         /* test hook --fail-at R:S: rank R kills itself at step S; */
     long fail_step;         /* -1: none */
+    /* model parallelism (docs/parallelism.md) */
+    int tp;                 /* tensor group size T */
+    int pp;                 /* pipeline stages P */
+    long micro_batches;     /* M; 0 until resolved: 1 when P = 1, else 4 */
+    enum pipe_schedule schedule;
 };
 
 /* Parses argv into o.  Returns 0 to run, 1 after printing the help (exit 0), or 2
