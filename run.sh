@@ -47,6 +47,8 @@ main)
         -n 20 -w 5
     echo "== dp_trainer, 4 ranks, ddp =="
     "$build/tools/collrun" -n 4 --timeout 600 -- "$build/examples/trainer/dp_trainer" --mode ddp
+    echo "== dp_trainer, 4 ranks, tensor 2 x pipeline 2 (1f1b) =="
+    "$build/tools/collrun" -n 4 --timeout 600 -- "$build/examples/trainer/dp_trainer" --tp 2 --pp 2
     ;;
 test)
     # The trainer's test also learns the handwritten digits that Debian's python3-sklearn

@@ -84,10 +84,12 @@ struct trainer {
     /* rank 0 of a model-parallel run: the whole model, for checkpoints and dumps */
     float *whole_params, *whole_mom;
     size_t rows;        /* this replica's examples per step */
-    long correct_dummy; /* mlp_loss's count during training (not reported) */
+    long train_correct; /* mlp_loss counts it during training; not reported */
     struct sent sent, sent_formula;
     uint64_t run_steps;
-    double train_time;  /* seconds in the steps this run made */
+    /* seconds in the steps this run made after its first (which makes the
+     * connections), and the pipeline's idle seconds in them */
+    double train_time, train_idle;
     /* ddp buckets, in launch order (the last layers first); bucket_of_layer[l] is the
      * bucket that layer l completes (its lowest layer), or -1. */
     struct bucket *buckets;
@@ -303,7 +305,7 @@ static void setup_model(struct trainer *t)
     struct grid *g = &t->g;
     struct mlp_layer layer[PART_MAX_LAYERS];
     size_t n;
-    int nl = part_layers(&t->pt, g->t, g->p, layer, &n);
+    int nl = part_layers(&t->pt, g->p, layer, &n);
     /* a replica's share of a batch, a micro-batch of it, and the evaluation chunks */
     size_t B = (size_t)t->o.batch, D = (size_t)g->D, M = (size_t)t->o.micro_batches;
     size_t slice = (B + D - 1) / D;
@@ -367,7 +369,7 @@ static void scatter_model(struct trainer *t, bool with_mom)
     for (int r = 1; r < t->nranks; r++) {
         struct mlp_layer l[PART_MAX_LAYERS];
         size_t nr;
-        part_layers(&t->pt, r % t->g.T, r / t->g.T % t->g.P, l, &nr);
+        part_layers(&t->pt, r / t->g.T % t->g.P, l, &nr);
         at[r] = total;
         total += nr;
     }
@@ -406,10 +408,11 @@ static void gather_model(struct trainer *t)
         check(t, collGroupEnd(), "collGroupEnd(model)");
         return;
     }
-    size_t total = 0, *at = xmalloc((size_t)tp * sizeof(size_t)), nr[64 * 64];
+    size_t total = 0, *at = xmalloc((size_t)tp * sizeof(size_t));
+    size_t *nr = xmalloc((size_t)tp * sizeof(size_t));
     for (int r = 1; r < tp; r++) {
         struct mlp_layer l[PART_MAX_LAYERS];
-        part_layers(&t->pt, r % t->g.T, r / t->g.T, l, &nr[r]);
+        part_layers(&t->pt, r / t->g.T, l, &nr[r]);
         at[r] = total;
         total += 2 * nr[r];
     }
@@ -429,6 +432,7 @@ static void gather_model(struct trainer *t)
     part_copy(&t->pt, 0, 0, t->whole_mom, t->mom, false);
     free(buf);
     free(at);
+    free(nr);
 }
 
 /* Rank 0 draws the weights (or reads the checkpoint) in the whole layout;
@@ -513,7 +517,7 @@ static double hook_loss(void *ctx, int mb, int s)
 {
     struct trainer *t = ctx;
     size_t r0 = t->ps.row0[mb], rows = t->ps.row0[mb + 1] - r0;
-    return mlp_loss(&t->m, s, t->yb + r0, rows, 1, &t->correct_dummy);
+    return mlp_loss(&t->m, s, t->yb + r0, rows, 1, &t->train_correct);
 }
 
 static void hook_fail(void *ctx, collResult_t r, const char *what)
@@ -623,6 +627,10 @@ static void formula_sent(struct trainer *t, double out[3])
                            (g->p > 0 ? (double)t->ps.in_width : 0.0)) +
              16.0 * (double)links * (double)t->o.micro_batches;
     out[2] = 4.0 * ring_d * (double)t->m.nparams;
+    /* ps: the naive master receives every gradient and sends everyone the model;
+     * the others send their gradient once */
+    if (t->o.mode == MODE_PS)
+        out[2] = 4.0 * (double)t->m.nparams * (t->rank == 0 ? g->D - 1 : 1);
 }
 
 /* ---- evaluation and reports ---- */
@@ -712,10 +720,11 @@ static void print_start(struct trainer *t, const char *algo_desc)
     fflush(stdout);
 }
 
-/* Model-parallel runs: one line per rank, what it holds, sends and waits. */
+/* Model-parallel runs (and --rank-report): one line per rank, what it holds,
+ * sends and waits. */
 static void report_rank(struct trainer *t)
 {
-    if (!model_parallel(t) || t->o.quiet || t->run_steps == 0)
+    if (!(model_parallel(t) || t->o.rank_report) || t->o.quiet || t->run_steps == 0)
         return;
     const struct grid *g = &t->g;
     double f[3], steps = (double)t->run_steps;
@@ -733,7 +742,7 @@ static void report_rank(struct trainer *t)
            100.0 / (g->T * g->P), (double)t->sent.tensor / steps, f[0],
            (double)t->sent.pipe / steps, f[1], (double)t->sent.data / steps, f[2],
            t->ps.peak_slots, t->o.micro_batches, (double)act / 1024.0,
-           100.0 * t->ps.idle_s / t->train_time);
+           100.0 * t->train_idle / t->train_time);
     fflush(stdout);
 }
 
@@ -873,20 +882,24 @@ static void train(struct trainer *t, uint64_t start)
             raise(SIGKILL);
         }
         struct sent before, after;
-        if (model_parallel(t))
+        bool counting = model_parallel(t) || t->o.rank_report;
+        if (counting)
             read_sent(t, &before);
         double t0 = now_s(), loss = 0.0, idle0 = t->ps.idle_s;
         double wait = t->o.mode == MODE_DDP ? step_ddp(t, s, &loss) : step_ps(t, s, &loss);
         double dt = now_s() - t0;
         t->next_step = s + 1;
         t->epoch_time += dt;
-        t->train_time += dt;
+        if (t->run_steps > 0 || t->o.steps - (long)start == 1) {
+            t->train_time += dt;
+            t->train_idle += t->ps.idle_s - idle0;
+        }
         t->epoch_wait += wait;
         t->epoch_idle += t->ps.idle_s - idle0;
         t->epoch_loss += loss;
         t->epoch_steps++;
         t->run_steps++;
-        if (model_parallel(t)) {
+        if (counting) {
             read_sent(t, &after);
             t->sent.tensor += after.tensor - before.tensor;
             t->sent.pipe += after.pipe - before.pipe;

@@ -35,6 +35,8 @@ static const char usage[] =
     "  --resume FILE          continue from a checkpoint\n"
     "  --dump-params FILE     write the final parameters (float32 little-endian, rank 0)\n"
     "  --quiet                print only the final line\n"
+    "  --rank-report          every rank prints what it holds and sends per step (always\n"
+    "                         on with --tp or --pp above 1)\n"
     "  --elastic              ddp: when ranks fail, the survivors shrink the communicator,\n"
     "                         re-shard the data among themselves and go on from the\n"
     "                         current step (run under collrun --keep-going)\n"
@@ -242,6 +244,8 @@ static int takes_no_value(const char *flag, struct options *o)
         o->quiet = true;
     else if (strcmp(flag, "--elastic") == 0)
         o->elastic = true;
+    else if (strcmp(flag, "--rank-report") == 0)
+        o->rank_report = true;
     else
         return 0;
     return 1;
@@ -299,7 +303,7 @@ int options_parse(int argc, char **argv, struct options *o)
             *eq = '\0';
         if (!known_flag(a)) {
             bool plain = strcmp(a, "--no-overlap") == 0 || strcmp(a, "--quiet") == 0 ||
-                         strcmp(a, "--elastic") == 0;
+                         strcmp(a, "--elastic") == 0 || strcmp(a, "--rank-report") == 0;
             fprintf(stderr, plain ? "dp_trainer: %s takes no value (see --help)\n"
                                   : "dp_trainer: unknown flag '%s' (see --help)\n", a);
             return 2;

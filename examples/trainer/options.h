@@ -31,6 +31,7 @@ struct options {
     const char *resume;
     const char *dump_params;
     bool quiet;
+    bool rank_report;       /* a line per rank at the end (always with --tp/--pp > 1) */
     bool elastic;           /* on a rank's failure, shrink and go on */
     long fail_rank;         /* test hook --fail-at R:S: rank R kills itself at step S; */
     long fail_step;         /* -1: none */

@@ -94,8 +94,7 @@ int part_plan(struct partition *pt, int nlayers, const int *sizes, int T, int P,
     return 0;
 }
 
-int part_layers(const struct partition *pt, int t, int p, struct mlp_layer *layer,
-                size_t *nparams_p)
+int part_layers(const struct partition *pt, int p, struct mlp_layer *layer, size_t *nparams_p)
 {
     size_t off = 0;
     int n = 0;
@@ -111,7 +110,6 @@ int part_layers(const struct partition *pt, int t, int p, struct mlp_layer *laye
         L->b = off + (size_t)L->nin * (size_t)L->nout;
         off = L->b + (size_t)L->nout;
     }
-    (void)t;
     *nparams_p = off;
     return n;
 }
@@ -121,7 +119,7 @@ void part_copy(const struct partition *pt, int t, int p, float *whole, float *lo
 {
     struct mlp_layer mine[PART_MAX_LAYERS];
     size_t n;
-    int nl = part_layers(pt, t, p, mine, &n);
+    int nl = part_layers(pt, p, mine, &n);
     for (int i = 0; i < nl; i++) {
         const struct mlp_layer *W = &pt->whole[pt->stage_first[p] + i], *L = &mine[i];
         /* the block's first row and column in the whole W, and of b */
@@ -141,12 +139,4 @@ void part_copy(const struct partition *pt, int t, int p, float *whole, float *lo
         else
             memcpy(whole + W->b + c0, local + L->b, row);
     }
-}
-
-double part_stage_cost(const struct partition *pt, int p)
-{
-    double c = 0.0;
-    for (int l = pt->stage_first[p]; l < pt->stage_first[p + 1]; l++)
-        c += layer_cost(pt, l);
-    return c;
 }

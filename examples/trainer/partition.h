@@ -38,18 +38,14 @@ struct partition {
 int part_plan(struct partition *pt, int nlayers, const int *sizes, int T, int P, char *err,
               size_t errlen);
 
-/* The layers tensor rank t of stage p holds, laid out one after the other, into
- * layer[] (room for PART_MAX_LAYERS); returns how many, and the parameter count in
- * *nparams_p. */
-int part_layers(const struct partition *pt, int t, int p, struct mlp_layer *layer,
-                size_t *nparams_p);
+/* The layers each tensor rank of stage p holds (the blocks of all of them have one
+ * shape), laid out one after the other, into layer[] (room for PART_MAX_LAYERS);
+ * returns how many, and the parameter count in *nparams_p. */
+int part_layers(const struct partition *pt, int p, struct mlp_layer *layer, size_t *nparams_p);
 
 /* Copies tensor rank t of stage p's parameters from the whole layout into local
  * (to_local) or back from local into whole. */
 void part_copy(const struct partition *pt, int t, int p, float *whole, float *local,
                bool to_local);
-
-/* Multiply-adds per example of tensor rank t's share of stage p. */
-double part_stage_cost(const struct partition *pt, int p);
 
 #endif
