@@ -55,12 +55,14 @@ train() {
     return 0
 }
 
-# compare NAME REF: parameters, every epoch's loss and the final line of run NAME
-# against run REF within TOL; prints the worst relative difference.
+# compare NAME REF [tail]: parameters, every epoch's loss and accuracy and the final
+# line of run NAME against run REF within TOL (with tail: only the last epoch and the
+# final line, for a resumed run, which prints only its own epochs); prints the worst
+# relative difference.
 compare() {
-    python3 - "$TMP/$1" "$TMP/$2" "$TOL" <<'EOF'
+    python3 - "$TMP/$1" "$TMP/$2" "$TOL" "${3:-all}" <<'EOF'
 import array, math, re, sys
-run, ref, tol = sys.argv[1], sys.argv[2], float(sys.argv[3])
+run, ref, tol, which = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4]
 def floats(p):
     a = array.array("f")
     with open(p + ".bin", "rb") as f:
@@ -69,24 +71,22 @@ def floats(p):
 def losses(p):
     v = []
     for line in open(p + ".out"):
-        m = re.match(r"epoch \d+ step \d+ loss (\S+) acc (\S+)", line)
+        m = re.match(r"(?:epoch \d+ step \d+ loss|final loss) (\S+) acc\S* (\S+)", line)
         if m:
             v += [float(m.group(1)), float(m.group(2))]
-        m = re.match(r"final loss (\S+) accuracy (\S+)", line)
-        if m:
-            v += [float(m.group(1)), float(m.group(2))]
-    return v
+    return v[-4:] if which == "tail" else v
 a, b = floats(run), floats(ref)
 if len(a) != len(b) or not b:
     print("params: %d floats against %d" % (len(a), len(b)))
     sys.exit(1)
 p = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b))) / math.sqrt(sum(y * y for y in b))
 la, lb = losses(run), losses(ref)
-if len(la) != len(lb) or not lb:
+if len(la) != len(lb) or len(lb) < 4:
     print("loss curve: %d values against %d" % (len(la), len(lb)))
     sys.exit(1)
 c = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(la, lb))
-print("params %.2g, loss curve %.2g (%d points)" % (p, c, len(la) // 2))
+what = "last epoch and final line" if which == "tail" else "loss curve"
+print("params %.2g, %s %.2g (%d points)" % (p, what, c, len(la) // 2))
 sys.exit(0 if p <= tol and c <= tol else 1)
 EOF
 }
@@ -240,37 +240,7 @@ ck() {
     train "$name-a" "$n1" --steps 32 $a1 --checkpoint "$TMP/$name.ck" || return
     # shellcheck disable=SC2086
     train "$name" "$n2" --steps "$STEPS" $a2 --resume "$TMP/$name.ck" || return
-    # the resumed run prints only its own epochs: its last epoch and its final
-    # line against the reference's
-    if res=$(python3 - "$TMP/$name" "$TMP/$ref" "$TOL" <<'EOF'
-import array, math, re, sys
-def floats(p):
-    a = array.array("f")
-    with open(p + ".bin", "rb") as f:
-        a.frombytes(f.read())
-    return a
-def ends(p):
-    v = []
-    for line in open(p + ".out"):
-        m = re.match(r"(?:epoch \d+ step \d+ loss|final loss) (\S+) acc\S* (\S+)", line)
-        if m:
-            v += [float(m.group(1)), float(m.group(2))]
-    return v[-4:]
-a, b = floats(sys.argv[1]), floats(sys.argv[2])
-tol = float(sys.argv[3])
-if len(a) != len(b) or not b:
-    print("params: %d floats against %d" % (len(a), len(b)))
-    sys.exit(1)
-p = math.sqrt(sum((x - y) ** 2 for x, y in zip(a, b))) / math.sqrt(sum(y * y for y in b))
-la, lb = ends(sys.argv[1]), ends(sys.argv[2])
-if len(la) != 4 or len(lb) != 4:
-    print("no last epoch and final line")
-    sys.exit(1)
-c = max(abs(x - y) / max(abs(y), 1e-12) for x, y in zip(la, lb))
-print("params %.2g, last epoch and final line %.2g" % (p, c))
-sys.exit(0 if p <= tol and c <= tol else 1)
-EOF
-    ); then
+    if res=$(compare "$name" "$ref" tail); then
         ok "checkpoint on '$a1' ($n1 ranks), resumed on '$a2' ($n2 ranks): $res"
     else
         fail "checkpoint on '$a1' ($n1 ranks), resumed on '$a2' ($n2 ranks): $res"

@@ -160,13 +160,18 @@ static void check(struct trainer *t, collResult_t r, const char *what)
     check_on(t, t->comm, r, what);
 }
 
+static void say(const char *fmt, va_list ap)
+{
+    fprintf(stderr, "dp_trainer: ");
+    vfprintf(stderr, fmt, ap);
+    fprintf(stderr, "\n");
+}
+
 static void fail(struct trainer *t, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "dp_trainer: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    say(fmt, ap);
     va_end(ap);
     abort_all(t);
     exit(1);
@@ -230,9 +235,7 @@ static void refuse(struct trainer *t, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
-    fprintf(stderr, "dp_trainer: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
+    say(fmt, ap);
     va_end(ap);
     collCommDestroy(t->comm);
     exit(2);
