@@ -204,102 +204,88 @@ static collResult_t shrink_join(const struct shrink *sh, int c, struct coll_shri
     return res;
 }
 
-struct shrink_client {
-    int fd;
-    size_t got;
-    int64_t since;
-    struct coll_shrink_join j;
+struct shrink_check_arg {
+    const uint8_t *secret;
+    uint32_t epoch;
+    int nranks;
 };
 
+/* coll_hellos' check of a join as its bytes come. */
+static int shrink_check(const void *buf, size_t got, const void *arg, const char **why_p)
+{
+    const struct shrink_check_arg *a = arg;
+    struct coll_shrink_join j;
+    return coll_wire_shrink_join(buf, got, a->secret, a->epoch, a->nranks, &j, why_p);
+}
+
 /* As the coordinator: collects the joins of the other survivors, then sends
- * each its new rank and the new id.  want[r]: rank r is expected to join. */
+ * each its new rank and the new id.  want[r]: rank r is expected to join.  The
+ * joins are read through coll_hellos, as the bootstrap's listeners are, with room
+ * for every rank at once: strangers, floods and slow clients are dropped there. */
 static collResult_t shrink_coordinate(struct shrink *sh, bool *want, struct coll_id *id,
                                       int *nranks_p)
 {
     struct coll_comm *comm = sh->comm;
-    int n = comm->nranks;
-    enum { MAX_CLIENTS = 64 };
-    struct shrink_client cl[MAX_CLIENTS];
-    int ncl = 0, missing = 0;
+    int n = comm->nranks, missing = 0;
     int *joined = NULL;
+    struct pollfd *p = NULL;
+    struct coll_hellos hellos;
+    struct shrink_check_arg arg = {.secret = comm->secret, .epoch = comm->shrinks,
+                                   .nranks = n};
     collResult_t res = coll_calloc(&joined, (size_t)n);
-    if (res != collSuccess)
+    if (res == collSuccess)
+        res = coll_calloc(&p, (size_t)n + 1);
+    if (res == collSuccess)
+        res = coll_hellos_init(&hellos, comm->boot_listen_fd, "shrink: bootstrap listener", n,
+                               sizeof(struct coll_shrink_join), shrink_check, &arg);
+    if (res != collSuccess) {
+        free(joined);
+        free(p);
         return res;
+    }
     for (int r = 0; r < n; r++) {
         joined[r] = -1;
         missing += want[r];
     }
     int64_t deadline = coll_now_ns() + sh->timeout_ns;
-    bool refused_logged = false;
     while (missing > 0 && coll_now_ns() < deadline && !atomic_load(&comm->aborting)) {
-        struct pollfd p[MAX_CLIENTS + 1];
-        p[0] = (struct pollfd){.fd = comm->boot_listen_fd, .events = POLLIN};
-        for (int i = 0; i < ncl; i++)
-            p[i + 1] = (struct pollfd){.fd = cl[i].fd, .events = POLLIN};
-        (void)poll(p, (nfds_t)ncl + 1, 100);
-        int polled = ncl;
-        for (;;) {
-            int fd = accept4(comm->boot_listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-            if (fd < 0)
-                break;
-            if (ncl == MAX_CLIENTS) {
-                close(fd);
-                continue;
-            }
-            cl[ncl++] = (struct shrink_client){.fd = fd, .since = coll_now_ns()};
+        struct coll_shrink_join raw, j;
+        int fd = coll_hellos_next(comm->boot_listen_fd, &hellos, &raw);
+        if (fd < 0) {
+            p[0] = (struct pollfd){.fd = comm->boot_listen_fd, .events = POLLIN};
+            for (int i = 0; i < hellos.npend; i++)
+                p[i + 1] = (struct pollfd){.fd = hellos.pend[i].fd, .events = POLLIN};
+            (void)poll(p, (nfds_t)hellos.npend + 1, 100);
+            continue;
+        }
+        const char *why = "";
+        (void)coll_wire_shrink_join(&raw, sizeof(raw), comm->secret, comm->shrinks, n, &j, &why);
+        if (!want[j.rank] || joined[j.rank] >= 0) {
+            coll_hellos_dropped(&hellos, "a rank that is not expected, or twice");
+            close(fd);
+            continue;
         }
         int64_t now = coll_now_ns();
-        for (int i = polled - 1; i >= 0; i--) {
-            struct shrink_client *c = &cl[i];
-            ssize_t got = 0;
-            if (p[i + 1].revents != 0)
-                got = recv(c->fd, (char *)&c->j + c->got, sizeof(c->j) - c->got, MSG_DONTWAIT);
-            if (got > 0)
-                c->got += (size_t)got;
-            bool drop = got == 0 && p[i + 1].revents != 0;
-            drop |= got < 0 && errno != EAGAIN && errno != EINTR;
-            drop |= c->got < sizeof(c->j) && now - c->since > 2000000000LL; /* stray, slow */
-            struct coll_shrink_join j;
-            const char *why = "";
-            enum coll_wire_verdict v = coll_wire_shrink_join(&c->j, c->got, comm->secret,
-                                                             comm->shrinks, n, &j, &why);
-            if (!drop && v == COLL_WIRE_MORE)
-                continue;
-            bool valid = !drop && v == COLL_WIRE_OK && want[j.rank] && joined[j.rank] < 0;
-            int fd = c->fd;
-            cl[i] = cl[--ncl];
-            if (!valid) {
-                if (!refused_logged)
-                    COLL_WARN("shrink: dropped a connection on the bootstrap listener: %s "
-                              "(later drops are not logged)",
-                              drop ? "it sent nothing whole within 2 s, or closed"
-                              : v == COLL_WIRE_OK ? "a rank that is not expected, or twice"
-                                                  : why);
-                refused_logged = true;
-                close(fd);
-                continue;
-            }
-            struct coll_shrink_reply rep;
-            int err;
-            if (j.excl_hash != sh->excl_hash || j.flags != (uint32_t)sh->flags) {
-                shrink_reply_init(sh, &rep, collInvalidUsage);
-                snprintf(rep.msg, sizeof(rep.msg), "rank %d passed another excludeRanksList or "
-                         "shrinkFlags than rank %d", j.rank, comm->rank);
-                (void)coll_socket_send_all(fd, &rep, sizeof(rep), now + 1000000000LL, &err);
-                close(fd);
-                coll_set_error(comm, "collCommShrink: %s", rep.msg);
-                res = collInvalidUsage;
-                goto out;
-            }
-            shrink_reply_init(sh, &rep, collInProgress);
-            if (coll_socket_send_all(fd, &rep, sizeof(rep), now + 1000000000LL, &err) !=
-                collSuccess) {
-                close(fd);
-                continue;
-            }
-            joined[j.rank] = fd;
-            missing--;
+        struct coll_shrink_reply rep;
+        int err;
+        if (j.excl_hash != sh->excl_hash || j.flags != (uint32_t)sh->flags) {
+            shrink_reply_init(sh, &rep, collInvalidUsage);
+            snprintf(rep.msg, sizeof(rep.msg), "rank %d passed another excludeRanksList or "
+                     "shrinkFlags than rank %d", j.rank, comm->rank);
+            (void)coll_socket_send_all(fd, &rep, sizeof(rep), now + 1000000000LL, &err);
+            close(fd);
+            coll_set_error(comm, "collCommShrink: %s", rep.msg);
+            res = collInvalidUsage;
+            goto out;
         }
+        shrink_reply_init(sh, &rep, collInProgress);
+        if (coll_socket_send_all(fd, &rep, sizeof(rep), now + 1000000000LL, &err) !=
+            collSuccess) {
+            close(fd);
+            continue;
+        }
+        joined[j.rank] = fd;
+        missing--;
     }
     if (atomic_load(&comm->aborting)) {
         coll_set_error(comm, "collCommShrink: aborted");
@@ -353,12 +339,12 @@ static collResult_t shrink_coordinate(struct shrink *sh, bool *want, struct coll
         coll_set_error(comm, "collCommShrink: cannot start the new communicator's root");
     *nranks_p = size;
 out:
-    for (int i = 0; i < ncl; i++)
-        close(cl[i].fd);
+    coll_hellos_fini(&hellos);
     for (int r = 0; r < n; r++)
         if (joined[r] >= 0)
             close(joined[r]);
     free(joined);
+    free(p);
     return res;
 }
 

@@ -4,7 +4,7 @@
  * communicator without rank 2, then run 30 checked allreduces on the new one
  * and destroy both.
  *
- *   test_shrink [--transport shm|tcp] [--mode list|detect|stop] [-v]
+ *   test_shrink [--transport shm|tcp] [--mode list|detect|stop] [-n N] [-v]
  *
  *   list    rank 2 is killed; the survivors pass excludeRanksList = {2} and
  *           COLL_SHRINK_ABORT
@@ -13,8 +13,11 @@
  *   stop    rank 2 is stopped; as detect: it is excluded once it has not answered
  *           for the timeout
  *
+ * -n N runs N ranks instead of 4 (3 to 256): with more than 64, the coordinator
+ * takes more joins at once than it once had room for.
+ *
  * The ranks are forked here (as in test_kill.c) with COLL_COMM_ID on a free port
- * and COLL_TIMEOUT_MS=3000.  Each survivor prints the time from the failing call's
+ * and COLL_TIMEOUT_MS=3000 (10000 above 16 ranks).  Each survivor prints the time from the failing call's
  * start to the new communicator's first good allreduce.  The parent checks that
  * rank 2 was ended by its signal, that every survivor exited with 0, that no
  * rank is left, and that nothing of the library is left in /dev/shm (each
@@ -31,11 +34,12 @@
 
 #include "launch.h"
 
-#define NRANKS 4
 #define VICTIM 2
+#define MAX_RANKS 256
 #define COUNT 4096
 
 static const char *mode = "list";
+static int nranks_all = 4; /* -n */
 static bool verbose;
 
 static double now_s(void)
@@ -70,14 +74,18 @@ static int rank_main(int rank)
         fprintf(stderr, "[rank %d] init failed: %s\n", rank, collGetLastError(NULL));
         return 10;
     }
-    int old_of[NRANKS] = {0, 1, 2, 3};
+    static int old_of[MAX_RANKS], new_old_of[MAX_RANKS];
+    for (int q = 0; q < nranks_all; q++) {
+        old_of[q] = q;
+        new_old_of[q] = q < VICTIM ? q : q + 1; /* the survivors, in order */
+    }
     double t_fail = 0;
     for (int it = 0; it < 200; it++) {
         if (rank == VICTIM && it == 5)
             raise(strcmp(mode, "stop") == 0 ? SIGSTOP : SIGKILL);
         int wrong = 0;
         double t0 = now_s();
-        r = checked_allreduce(comm, rank, NRANKS, old_of, it, &wrong);
+        r = checked_allreduce(comm, rank, nranks_all, old_of, it, &wrong);
         if (r != collSuccess) {
             t_fail = t0;
             break;
@@ -110,12 +118,11 @@ static int rank_main(int rank)
     collCommCount(shrunk, &n);
     collCommUserRank(shrunk, &me);
     int want_me = rank < VICTIM ? rank : rank - 1;
-    if (n != NRANKS - 1 || me != want_me) {
+    if (n != nranks_all - 1 || me != want_me) {
         fprintf(stderr, "[rank %d] shrunk to rank %d of %d, want %d of %d\n", rank, me, n,
-                want_me, NRANKS - 1);
+                want_me, nranks_all - 1);
         return 14;
     }
-    int new_old_of[NRANKS - 1] = {0, 1, 3};
     for (int it = 0; it < 30; it++) {
         int wrong = 0;
         r = checked_allreduce(shrunk, me, n, new_old_of, 1000 + it, &wrong);
@@ -149,16 +156,22 @@ int main(int argc, char **argv)
             transport = argv[++i];
         else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc)
             mode = argv[++i];
+        else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc)
+            nranks_all = atoi(argv[++i]);
         else if (strcmp(argv[i], "-v") == 0)
             verbose = true;
         else {
             fprintf(stderr, "usage: test_shrink [--transport shm|tcp] [--mode list|detect|stop] "
-                    "[-v]\n");
+                    "[-n N] [-v]\n");
             return 2;
         }
     }
     if (strcmp(mode, "list") != 0 && strcmp(mode, "detect") != 0 && strcmp(mode, "stop") != 0) {
         fprintf(stderr, "--mode must be list, detect or stop, not '%s'\n", mode);
+        return 2;
+    }
+    if (nranks_all < 3 || nranks_all > MAX_RANKS) {
+        fprintf(stderr, "-n must be 3 to 256, not %d\n", nranks_all);
         return 2;
     }
     int port = launch_free_port();
@@ -169,12 +182,14 @@ int main(int argc, char **argv)
     char id[64];
     snprintf(id, sizeof(id), "127.0.0.1:%d", port);
     setenv("COLL_COMM_ID", id, 1);
-    setenv("COLL_NRANKS", "4", 1);
-    setenv("COLL_TIMEOUT_MS", "3000", 1);
+    char nr[16];
+    snprintf(nr, sizeof(nr), "%d", nranks_all);
+    setenv("COLL_NRANKS", nr, 1);
+    setenv("COLL_TIMEOUT_MS", nranks_all > 16 ? "10000" : "3000", 1);
     setenv("COLL_TRANSPORTS", transport, 1);
     fflush(NULL);
-    pid_t pids[NRANKS];
-    for (int r = 0; r < NRANKS; r++) {
+    static pid_t pids[MAX_RANKS];
+    for (int r = 0; r < nranks_all; r++) {
         pids[r] = fork();
         if (pids[r] == 0) {
             char s[16];
@@ -184,7 +199,7 @@ int main(int argc, char **argv)
         }
     }
     int failures = 0;
-    for (int r = 0; r < NRANKS; r++) {
+    for (int r = 0; r < nranks_all; r++) {
         if (r == VICTIM)
             continue;
         int st;
