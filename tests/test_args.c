@@ -147,6 +147,10 @@ static void check_comm_queries(struct args_rank *ar)
     BAD_ARG(collCommCount(NULL, &x), NULL, "comm");
     BAD_ARG(collCommUserRank(comm, NULL), comm, "rank");
     BAD_ARG(collCommUserRank(NULL, &x), NULL, "comm");
+    uint64_t sent = 0, received = 0;
+    BAD_ARG(collCommGetBytes(NULL, &sent, &received), NULL, "comm");
+    LR_CHECK_RES(lr, collCommGetBytes(comm, NULL, NULL), collSuccess, comm);
+    LR_CHECK_RES(lr, collCommGetBytes(comm, &sent, &received), collSuccess, comm);
     BAD_ARG(collCommGetAsyncError(comm, NULL), comm, "asyncError");
     BAD_ARG(collCommGetAsyncError(NULL, &async), NULL, "comm");
     LR_CHECK_RES(lr, collCommGetAsyncError(comm, &async), collSuccess, comm);
