@@ -76,6 +76,7 @@ struct trainer {
     struct grid g;
     struct partition pt;
     struct pipe_stage ps;
+    struct pipe_hooks hooks; /* what the pipeline calls back (set up once) */
     struct dataset ds;
     struct mlp m;
     int *sizes;
@@ -345,6 +346,20 @@ static void setup_model(struct trainer *t)
 
 /* ---- the whole model and the ranks' blocks of it ---- */
 
+/* Where the blocks of ranks 1 .. n-1 lie side by side in one buffer, k floats
+ * per parameter (the parameters, and the momentum after them): rank r's block
+ * has len[r] parameters from at[r].  Returns the buffer's floats. */
+static size_t block_layout(const struct trainer *t, int n, int k, size_t *at, size_t *len)
+{
+    size_t total = 0;
+    for (int r = 1; r < n; r++) {
+        len[r] = part_nparams(&t->pt, r / t->g.T % t->g.P);
+        at[r] = total;
+        total += (size_t)k * len[r];
+    }
+    return total;
+}
+
 /* Rank 0's whole (params, mom) to every rank's block of it.  One rank's layout is
  * the whole layout, so without model parallelism this is a broadcast. */
 static void scatter_model(struct trainer *t, bool with_mom)
@@ -368,31 +383,24 @@ static void scatter_model(struct trainer *t, bool with_mom)
         return;
     }
     /* every other rank's block, cut out of the whole model side by side */
-    size_t total = 0, *at = xmalloc((size_t)t->nranks * sizeof(size_t));
-    for (int r = 1; r < t->nranks; r++) {
-        struct mlp_layer l[PART_MAX_LAYERS];
-        size_t nr;
-        part_layers(&t->pt, r / t->g.T % t->g.P, l, &nr);
-        at[r] = total;
-        total += nr;
-    }
-    float *buf = xmalloc((size_t)parts * total * sizeof(float));
+    size_t *at = xmalloc((size_t)t->nranks * sizeof(size_t));
+    size_t *len = xmalloc((size_t)t->nranks * sizeof(size_t));
+    float *buf = xmalloc(block_layout(t, t->nranks, parts, at, len) * sizeof(float));
     check(t, collGroupStart(), "collGroupStart");
-    for (int r = 1; r < t->nranks; r++) {
-        int tr = r % t->g.T, pr = r / t->g.T % t->g.P;
-        size_t nr = (r + 1 < t->nranks ? at[r + 1] : total) - at[r];
+    for (int r = 1; r < t->nranks; r++)
         for (int k = 0; k < parts; k++) {
-            float *blk = buf + (size_t)k * total + at[r];
-            part_copy(&t->pt, tr, pr, k == 0 ? t->whole_params : t->whole_mom, blk, true);
-            check(t, collSend(blk, nr, collFloat, r, t->comm, NULL), "collSend(model)");
+            float *blk = buf + at[r] + (size_t)k * len[r];
+            part_copy(&t->pt, r % t->g.T, r / t->g.T % t->g.P,
+                      k == 0 ? t->whole_params : t->whole_mom, blk, true);
+            check(t, collSend(blk, len[r], collFloat, r, t->comm, NULL), "collSend(model)");
         }
-    }
     check(t, collGroupEnd(), "collGroupEnd(model)");
     part_copy(&t->pt, 0, 0, t->whole_params, t->params, true);
     if (with_mom)
         part_copy(&t->pt, 0, 0, t->whole_mom, t->mom, true);
     free(buf);
     free(at);
+    free(len);
 }
 
 /* The first replica's blocks (params and momentum) to rank 0's whole model. */
@@ -411,31 +419,26 @@ static void gather_model(struct trainer *t)
         check(t, collGroupEnd(), "collGroupEnd(model)");
         return;
     }
-    size_t total = 0, *at = xmalloc((size_t)tp * sizeof(size_t));
-    size_t *nr = xmalloc((size_t)tp * sizeof(size_t));
-    for (int r = 1; r < tp; r++) {
-        struct mlp_layer l[PART_MAX_LAYERS];
-        part_layers(&t->pt, r / t->g.T, l, &nr[r]);
-        at[r] = total;
-        total += 2 * nr[r];
-    }
-    float *buf = xmalloc(total * sizeof(float));
+    /* the first replica's ranks are 0 .. T x P - 1 */
+    size_t *at = xmalloc((size_t)tp * sizeof(size_t));
+    size_t *len = xmalloc((size_t)tp * sizeof(size_t));
+    float *buf = xmalloc(block_layout(t, tp, 2, at, len) * sizeof(float));
     check(t, collGroupStart(), "collGroupStart");
     for (int r = 1; r < tp; r++) {
-        check(t, collRecv(buf + at[r], nr[r], collFloat, r, t->comm, NULL), "collRecv(params)");
-        check(t, collRecv(buf + at[r] + nr[r], nr[r], collFloat, r, t->comm, NULL),
+        check(t, collRecv(buf + at[r], len[r], collFloat, r, t->comm, NULL), "collRecv(params)");
+        check(t, collRecv(buf + at[r] + len[r], len[r], collFloat, r, t->comm, NULL),
               "collRecv(momentum)");
     }
     check(t, collGroupEnd(), "collGroupEnd(model)");
     for (int r = 1; r < tp; r++) {
         part_copy(&t->pt, r % t->g.T, r / t->g.T, t->whole_params, buf + at[r], false);
-        part_copy(&t->pt, r % t->g.T, r / t->g.T, t->whole_mom, buf + at[r] + nr[r], false);
+        part_copy(&t->pt, r % t->g.T, r / t->g.T, t->whole_mom, buf + at[r] + len[r], false);
     }
     part_copy(&t->pt, 0, 0, t->whole_params, t->params, false);
     part_copy(&t->pt, 0, 0, t->whole_mom, t->mom, false);
     free(buf);
     free(at);
-    free(nr);
+    free(len);
 }
 
 /* Rank 0 draws the weights (or reads the checkpoint) in the whole layout;
@@ -530,13 +533,12 @@ static void hook_fail(void *ctx, collResult_t r, const char *what)
     fail(t, "rank %d: %s", t->rank, what); /* not a library error: a bug */
 }
 
-static const struct pipe_hooks *hooks(struct trainer *t)
+static void setup_hooks(struct trainer *t)
 {
-    static struct pipe_hooks h;
-    h = (struct pipe_hooks){.ctx = t, .input = hook_input, .loss = hook_loss,
-                            .fail = hook_fail, .done = on_layer_done};
-    return &h;
+    t->hooks = (struct pipe_hooks){.ctx = t, .input = hook_input, .loss = hook_loss,
+                                   .fail = hook_fail, .done = on_layer_done};
 }
+
 
 /* v = mu v + g; p -= lr v, with g the gradient summed over the global batch / B. */
 static void sgd_update(struct trainer *t)
@@ -555,7 +557,7 @@ static double local_gradient(struct trainer *t, uint64_t s)
 {
     size_t rows = gather_slice(t, s);
     t->rows = rows;
-    double loss = pipe_step(&t->ps, t->params, t->grads, rows, hooks(t));
+    double loss = pipe_step(&t->ps, t->params, t->grads, rows, &t->hooks);
     /* the last stage's tensor ranks all computed it: count it once */
     return t->g.p == t->g.P - 1 && t->g.t == 0 ? loss : 0.0;
 }
@@ -650,7 +652,7 @@ static void evaluate(struct trainer *t, double *loss, double *correct)
     for (size_t i = lo; i < hi; i += t->m.maxrows) {
         size_t rows = hi - i < t->m.maxrows ? hi - i : t->m.maxrows;
         size_t at = t->ds.ntrain + i;
-        if (pipe_forward_only(&t->ps, t->params, t->ds.x + at * d, rows, hooks(t)) != NULL &&
+        if (pipe_forward_only(&t->ps, t->params, t->ds.x + at * d, rows, &t->hooks) != NULL &&
             counts)
             *loss += mlp_loss(&t->m, 0, t->ds.y + at, rows, 0, &ok);
     }
@@ -946,6 +948,7 @@ int main(int argc, char **argv)
     t->first_rank = t->rank;
     setup_grid(t);
     setup_model(t);
+    setup_hooks(t);
     if (t->o.mode == MODE_DDP)
         check(t, collStreamCreate(&t->stream), "collStreamCreate");
     print_start(t, algo_desc);

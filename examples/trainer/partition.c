@@ -114,6 +114,14 @@ int part_layers(const struct partition *pt, int p, struct mlp_layer *layer, size
     return n;
 }
 
+size_t part_nparams(const struct partition *pt, int p)
+{
+    struct mlp_layer layer[PART_MAX_LAYERS];
+    size_t n;
+    part_layers(pt, p, layer, &n);
+    return n;
+}
+
 void part_copy(const struct partition *pt, int t, int p, float *whole, float *local,
                bool to_local)
 {

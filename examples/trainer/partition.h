@@ -43,6 +43,9 @@ int part_plan(struct partition *pt, int nlayers, const int *sizes, int T, int P,
  * returns how many, and the parameter count in *nparams_p. */
 int part_layers(const struct partition *pt, int p, struct mlp_layer *layer, size_t *nparams_p);
 
+/* The parameter count of one tensor rank's block of stage p. */
+size_t part_nparams(const struct partition *pt, int p);
+
 /* Copies tensor rank t of stage p's parameters from the whole layout into local
  * (to_local) or back from local into whole. */
 void part_copy(const struct partition *pt, int t, int p, float *whole, float *local,
