@@ -2,7 +2,8 @@
  *   COLL_ALGO=ring                       every collective
  *   COLL_ALGO=allreduce:ring;broadcast:ring
  *   COLL_ALGO=^naive                     exclude
- * Otherwise the first algorithm of the table whose can_run accepts the call. */
+ * Among the algorithms allowed that can run a call, one that the user's settings
+ * force (forced()), else the one with the lowest predicted time (plan.c). */
 #include "algo.h"
 
 #include "reduce.h"
@@ -10,11 +11,18 @@
 #include <string.h>
 #include <strings.h>
 
+/* Defined in algorithms/; only the table names them. */
+extern const struct coll_algo coll_algo_ring;
+extern const struct coll_algo coll_algo_tree;
+extern const struct coll_algo coll_algo_naive;
+extern const struct coll_algo coll_algo_rd;
+
 static const struct coll_algo *const algo_table[] = {
     &coll_algo_ring,
     &coll_algo_tree,
     &coll_algo_naive,
     &coll_algo_rd,
+    &coll_algo_direct,
 };
 #define NALGOS ((int)(sizeof(algo_table) / sizeof(algo_table[0])))
 
@@ -35,6 +43,26 @@ static const struct coll_algo *algo_by_name(const char *name, size_t len)
         if (strlen(algo_table[i]->name) == len && strncasecmp(algo_table[i]->name, name, len) == 0)
             return algo_table[i];
     return NULL;
+}
+
+const struct coll_algo *coll_algo_find(const char *name)
+{
+    return algo_by_name(name, strlen(name));
+}
+
+collResult_t coll_algo_comm_init(struct coll_comm *comm)
+{
+    for (int i = 0; i < NALGOS; i++)
+        if (algo_table[i]->comm_init != NULL)
+            COLL_CHECK(algo_table[i]->comm_init(comm));
+    return collSuccess;
+}
+
+void coll_algo_comm_fini(struct coll_comm *comm)
+{
+    for (int i = 0; i < NALGOS; i++)
+        if (algo_table[i]->comm_fini != NULL)
+            algo_table[i]->comm_fini(comm);
 }
 
 static int func_by_name(const char *name, size_t len)
@@ -128,6 +156,45 @@ collResult_t coll_algo_check_env(struct coll_comm *comm)
 #define ALGO_MARGIN 1.1
 #define ALGO_MARGIN_BYTES (64 * 1024)
 
+/* The best algorithm of mask for the call (-1: none can run it) and its
+ * predicted microseconds. */
+static int algo_pick(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
+                     uint32_t mask, double *us_p)
+{
+    int best = -1;
+    double best_us = 0;
+    size_t bytes = a->count * coll_dtype_size(a->dtype);
+    for (int i = 0; i < NALGOS; i++) {
+        const struct coll_algo *al = algo_table[i];
+        if (!(mask & (1u << i)) || al->run[f] == NULL || !al->can_run(comm, f, a))
+            continue;
+        /* The inputs of the prediction (model, count, type, nranks) are the same on
+         * every rank, so every rank picks the same algorithm. */
+        double us = al->predict ? al->predict(comm, f, a, &comm->model) : 1e300;
+        COLL_TRACE_LOG(COLL_SUBSYS_ALGO, "%s of %zu x %s: %s predicted %.1f us",
+                       coll_func_name(f), a->count, coll_dtype_name(a->dtype), al->name, us);
+        if (al->forced != NULL && al->forced(comm, f, a)) {
+            *us_p = us;
+            return i;
+        }
+        /* The model is rough where every algorithm is bound by the same copies:
+         * there another algorithm must beat the table's first (the ring, which is
+         * bandwidth-optimal and best pipelined) by ALGO_MARGIN to replace it.
+         * Below ALGO_MARGIN_BYTES, where rounds and messages dominate, the
+         * fitted message terms decide alone. */
+        if (best == 0 && i > 0 && bytes >= ALGO_MARGIN_BYTES)
+            us *= ALGO_MARGIN;
+        if (best < 0 || us < best_us) {
+            best = i;
+            best_us = us;
+        }
+    }
+    *us_p = best_us;
+    return best;
+}
+
+#define ALGO_ALL ((1u << NALGOS) - 1)
+
 collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
                               const struct coll_algo **algo_p)
 {
@@ -138,36 +205,14 @@ collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const st
         *algo_p = algo_table[ch->algo];
         return collSuccess;
     }
-    int best = -1;
-    double best_us = 0;
-    for (int i = 0; i < NALGOS; i++) {
-        const struct coll_algo *al = algo_table[i];
-        if (!(comm->algo_mask[f] & (1u << i)) || al->run[f] == NULL || !al->can_run(comm, f, a))
-            continue;
-        /* The inputs of the prediction (model, count, type, nranks) are the same on
-         * every rank, so every rank picks the same algorithm. */
-        double us = al->predict ? al->predict(comm, f, a, &comm->model) : 1e300;
-        COLL_TRACE_LOG(COLL_SUBSYS_ALGO, "%s of %zu x %s: %s predicted %.1f us",
-                       coll_func_name(f), a->count, coll_dtype_name(a->dtype), al->name, us);
-        /* The model is rough where every algorithm is bound by the same copies:
-         * there another algorithm must beat the table's first (the ring, which is
-         * bandwidth-optimal and best pipelined) by ALGO_MARGIN to replace it.
-         * Below ALGO_MARGIN_BYTES, where rounds and messages dominate, the
-         * fitted message terms decide alone. */
-        size_t bytes = a->count * coll_dtype_size(a->dtype);
-        if (best == 0 && i > 0 && bytes >= ALGO_MARGIN_BYTES)
-            us *= ALGO_MARGIN;
-        if (best < 0 || us < best_us) {
-            best = i;
-            best_us = us;
-        }
-    }
-    if (best < 0 && comm->algo_mask[f] != (1u << NALGOS) - 1) {
+    double best_us;
+    int best = algo_pick(comm, f, a, comm->algo_mask[f], &best_us);
+    if (best < 0 && comm->algo_mask[f] != ALGO_ALL) {
         /* COLL_ALGO=tree says nothing useful about allgather, which has no tree:
          * the override applies where it can, the planner chooses elsewhere. */
         COLL_INFO(COLL_SUBSYS_ALGO, "%s: COLL_ALGO=%s allows no algorithm that runs it; "
                   "choosing among all", coll_func_name(f), coll_param_str(COLL_PARAM_ALGO));
-        comm->algo_mask[f] = (1u << NALGOS) - 1;
+        comm->algo_mask[f] = ALGO_ALL;
         return coll_algo_select(comm, f, a, algo_p);
     }
     if (best < 0) {
@@ -181,6 +226,26 @@ collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const st
     *ch = (struct coll_choice){.valid = true, .count = a->count, .dtype = (int)a->dtype,
                             .op = (int)a->op, .root = a->root, .algo = best,
                             .mask = comm->algo_mask[f]};
+    *algo_p = algo_table[best];
+    return collSuccess;
+}
+
+collResult_t coll_algo_select_other(struct coll_comm *comm, enum coll_func f,
+                                    const struct coll_args *a, const struct coll_algo *not,
+                                    const struct coll_algo **algo_p)
+{
+    uint32_t without = 0;
+    for (int i = 0; i < NALGOS; i++)
+        if (algo_table[i] == not)
+            without = 1u << i;
+    double us;
+    int best = algo_pick(comm, f, a, comm->algo_mask[f] & ~without, &us);
+    if (best < 0) /* COLL_ALGO allowed only `not`: the planner chooses among the rest */
+        best = algo_pick(comm, f, a, ALGO_ALL & ~without, &us);
+    if (best < 0) {
+        coll_set_error(comm, "%s: no algorithm but %s can run it", coll_func_name(f), not->name);
+        return collInternalError;
+    }
     *algo_p = algo_table[best];
     return collSuccess;
 }

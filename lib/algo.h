@@ -24,12 +24,25 @@ struct coll_algo {
      * bytes on the busiest link / beta + reduction); NULL: no prediction. */
     double (*predict)(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
                       const struct coll_model *m);
+    /* Optional: the user's settings demand this algorithm for a call it can run
+     * (the planner then takes it whatever the predictions say). */
+    bool (*forced)(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a);
+    /* Optional: per-communicator state, set up once the transports and the
+     * planner's model are (collective: every rank calls it), and released. */
+    collResult_t (*comm_init)(struct coll_comm *comm);
+    void (*comm_fini)(struct coll_comm *comm);
 };
 
-extern const struct coll_algo coll_algo_ring;
-extern const struct coll_algo coll_algo_tree;
-extern const struct coll_algo coll_algo_naive;
-extern const struct coll_algo coll_algo_rd;
+/* The direct allreduce (algorithms/direct.c), which names itself when it falls back. */
+extern const struct coll_algo coll_algo_direct;
+
+/* The table's algorithm of that name; NULL when none.  The planner's probes and
+ * an algorithm's own small steps (an agreement, a barrier) name the algorithm
+ * they need instead of asking the planner, whose choices they must not move. */
+const struct coll_algo *coll_algo_find(const char *name);
+/* Every algorithm's comm_init, in table order; comm_fini for all. */
+collResult_t coll_algo_comm_init(struct coll_comm *comm);
+void coll_algo_comm_fini(struct coll_comm *comm);
 
 const char *coll_func_name(enum coll_func f);
 /* A schedule as the planner sees it.  Bytes are sent + received. */
@@ -58,9 +71,16 @@ static inline double coll_model_cost(const struct coll_model *m, int nranks,
  * few ring collectives, and agreed by all ranks (so all plan alike). */
 collResult_t coll_plan_init(struct coll_comm *comm);
 /* Picks the algorithm for one call: among those COLL_ALGO allows that can run it,
- * the one with the lowest predicted time; the table's first without predictions. */
+ * one the user's settings force, else the one with the lowest predicted time; the
+ * table's first without predictions. */
 collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
                               const struct coll_algo **algo_p);
+/* The same choice with `not` left out (an algorithm that found it cannot run the
+ * call after all: every rank must find so alike); the comm's kept choice is not
+ * touched. */
+collResult_t coll_algo_select_other(struct coll_comm *comm, enum coll_func f,
+                                    const struct coll_args *a, const struct coll_algo *not,
+                                    const struct coll_algo **algo_p);
 /* Validates COLL_ALGO at init; collInvalidArgument naming the bad part. */
 collResult_t coll_algo_check_env(struct coll_comm *comm);
 

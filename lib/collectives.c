@@ -7,7 +7,6 @@
 #include "exec.h"
 #include "flight.h"
 #include "internal.h"
-#include "mem.h"
 #include "mismatch.h"
 #include "p2p.h"
 #include "reduce.h"
@@ -101,18 +100,11 @@ static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
     COLL_TRACE_LOG(COLL_SUBSYS_COLL, "%s #%llu count %zu %s via %s", coll_func_name(f),
                    (unsigned long long)comm->seq, a->count, coll_dtype_name(a->dtype),
                    algo->name);
-    bool done = false;
     collResult_t res = collSuccess;
     if (comm->check_mismatch)
         res = coll_mismatch_check(comm, (int)f, a);
-    if (res == collSuccess && f == COLL_FUNC_ALLREDUCE)
-        res = coll_mem_allreduce(comm, a, &done);
-    if (done) {
-        comm->last_algo_name = "direct";
-        coll_flight_algo(comm, "direct");
-    } else if (res == collSuccess) {
+    if (res == collSuccess)
         res = algo->run[f](comm, a);
-    }
     coll_flight_end(comm, res);
     atomic_fetch_sub(&comm->busy, 1);
     return res;

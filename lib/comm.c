@@ -11,7 +11,6 @@
 #include "exec.h"
 #include "flight.h"
 #include "internal.h"
-#include "mem.h"
 #include "mismatch.h"
 #include "pattern.h"
 #include "stream.h"
@@ -181,7 +180,7 @@ static void comm_free(struct coll_comm *comm)
     if (comm->peers)
         coll_transport_fini(comm);
     coll_bootstrap_fini(comm);
-    coll_mem_comm_free(comm);
+    coll_algo_comm_fini(comm);
     coll_flight_fini(comm);
     coll_mismatch_fini(comm);
     free(comm->peers);
@@ -316,7 +315,7 @@ static collResult_t comm_setup(struct coll_comm *comm, const struct coll_id *id)
         COLL_CHECK_GOTO(coll_transport_get_conn(comm, prev, false, &c), res, out);
     }
     COLL_CHECK_GOTO(coll_plan_init(comm), res, out);
-    COLL_CHECK_GOTO(coll_mem_comm_init(comm), res, out);
+    COLL_CHECK_GOTO(coll_algo_comm_init(comm), res, out);
     if (!comm->blocking && collStreamCreate(&comm->nb_stream) != collSuccess) {
         coll_set_error(comm, "init: out of memory for the non-blocking communicator's queue");
         res = collSystemError;

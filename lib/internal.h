@@ -102,13 +102,7 @@ struct coll_comm {
     } choice[COLL_FUNC_COUNT];
     const char *last_algo_name;          /* algorithm of the last call: "ring", "p2p" */
 
-    /* Direct allreduce on collMemAlloc buffers (mem.c). */
-    bool mem_direct;                     /* every rank reaches every other over shm */
-    size_t mem_direct_bytes;             /* from this size (agreed COLL_SHM_DIRECT_BYTES) */
-    struct coll_mem_map *mem_maps;       /* peers' buffers mapped here */
-    int nmem_maps;
-    uint64_t mem_use;                    /* clock for evicting the least recently used */
-    int mem_skip;                        /* eligible calls left to skip (mem.c) */
+    struct coll_direct *direct;          /* the direct allreduce's state (algorithms/direct.c) */
 
     struct coll_async *async;      /* progress thread for calls on streams (stream.c) */
     atomic_int async_pending;      /* calls queued there and not yet done */

@@ -72,9 +72,9 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
     [COLL_PARAM_SHM_NSLOTS] = {"COLL_SHM_NSLOTS", COLL_PARAM_TYPE_INT, "0",
                                "slots per shared-memory ring (2-64); 0: 16"},
     [COLL_PARAM_SHM_DIRECT_BYTES] = {"COLL_SHM_DIRECT_BYTES", COLL_PARAM_TYPE_SIZE, "262144",
-                                     "allreduce from this many bytes reads collMemAlloc "
-                                     "buffers directly when every rank's are and all ranks "
-                                     "share memory; -1: never"},
+                                     "the direct allreduce on collMemAlloc buffers can run "
+                                     "from this many bytes (set: is taken from there); -1: "
+                                     "never"},
     [COLL_PARAM_IB_HCA] = {"COLL_IB_HCA", COLL_PARAM_TYPE_STR, NULL,
                            "RDMA devices and ports for verbs: prefixes with optional ports, "
                            "'^' excludes, '=' exact (mlx5_0:1,mlx5_1 / ^mlx5_2 / =rxe0); "

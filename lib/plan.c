@@ -83,7 +83,7 @@ collResult_t coll_plan_init(struct coll_comm *comm)
         return collSuccess;
     }
 
-    const struct coll_algo *ring = &coll_algo_ring, *rd = &coll_algo_rd;
+    const struct coll_algo *ring = coll_algo_find("ring"), *rd = coll_algo_find("rd");
     double probe_us[PLAN_PROBES];
     float one = 1.0f, out;
     int rounds = coll_rd_rounds(n);
