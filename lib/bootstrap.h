@@ -10,11 +10,8 @@
 #include "socket.h"
 #include "transport.h"
 
-#define COLL_MAX_TRANSPORTS 4
-
 #define COLL_ID_MAGIC 0x4c4c4f43u /* "COLL" little-endian */
 #define COLL_ID_FORMAT 1u
-#define COLL_SECRET_BYTES 16
 
 /* The layout of collUniqueId.internal.  Tests flip the secret to check refusal. */
 struct coll_id {
@@ -28,18 +25,6 @@ struct coll_id {
 _Static_assert(sizeof(struct coll_id) <= COLL_UNIQUE_ID_BYTES, "id must fit collUniqueId");
 
 struct coll_comm;
-
-/* What every rank tells the others at init. */
-struct coll_rank_info {
-    int32_t rank;
-    int32_t pid;
-    uint64_t host_hash;         /* hash of host name + boot id */
-    char host[64];              /* host name, for messages */
-    union coll_sockaddr boot_addr; /* this rank's bootstrap listener */
-    uint32_t boot_addrlen;
-    uint32_t tp_mask;           /* bit i: transport i of the table is listening */
-    uint8_t tp_handle[COLL_MAX_TRANSPORTS][COLL_TP_HANDLE_BYTES]; /* listen handles */
-};
 
 collResult_t coll_bootstrap_get_unique_id(struct coll_id *id);
 /* Id from COLL_COMM_ID (or MASTER_ADDR:MASTER_PORT) and COLL_SECRET. */

@@ -67,6 +67,7 @@ struct coll_comm {
     const char *op_name;           /* operation in progress, for messages */
 
     struct coll_peer *peers;       /* nranks entries; peers[rank] is this rank */
+    struct coll_tp_env tp_env;     /* what the transports see of this comm */
     struct coll_tp_state tps[COLL_MAX_TRANSPORTS];
     int ntps;
     int64_t sweep_ns;              /* next read of the listeners (coll_transport_sweep) */
@@ -151,8 +152,6 @@ void coll_comm_poison(struct coll_comm *comm, collResult_t res);
 void coll_comm_blame(struct coll_comm *comm, int peer);
 const char *coll_result_name(collResult_t result);
 
-/* Monotonic clock in ns. */
-int64_t coll_now_ns(void);
 
 /* Creates this rank's communicator from an id, configured by config (NULL: the
  * defaults; checked by the caller with coll_config_check).  The cause of a

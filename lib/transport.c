@@ -57,11 +57,38 @@ static bool transport_valid(const struct coll_transport *tp)
            tp->irecv && tp->test && tp->shutdown && tp->close;
 }
 
+static const struct coll_rank_info *env_peer(void *owner, int rank)
+{
+    const struct coll_comm *comm = owner;
+    return &comm->peers[rank].info;
+}
+
+static int64_t env_deadline(void *owner)
+{
+    const struct coll_comm *comm = owner;
+    return comm->deadline_ns;
+}
+
+static void env_error(void *owner, const char *msg)
+{
+    coll_set_error(owner, "%s", msg);
+}
+
+static int env_local_ranks(void *owner)
+{
+    const struct coll_comm *comm = owner;
+    return comm->local_ranks;
+}
+
 collResult_t coll_transport_init(struct coll_comm *comm)
 {
     const char *spec = coll_param_str(COLL_PARAM_TRANSPORTS);
     struct coll_rank_info *mine = &comm->peers[comm->rank].info;
     comm->ntps = 0;
+    comm->tp_env = (struct coll_tp_env){.rank = comm->rank, .nranks = comm->nranks,
+                                        .secret = comm->secret, .peer = env_peer,
+                                        .deadline = env_deadline, .error = env_error,
+                                        .local_ranks = env_local_ranks, .owner = comm};
     char absent[64] = ""; /* allowed transports with nothing to use on this host */
     for (int i = 0; i < NTRANSPORTS; i++) {
         const struct coll_transport *tp = transport_table[i];
@@ -74,7 +101,7 @@ collResult_t coll_transport_init(struct coll_comm *comm)
         struct coll_tp_state *st = &comm->tps[comm->ntps];
         st->tp = tp;
         st->ctx = NULL;
-        COLL_CHECK(tp->init(comm, &st->ctx));
+        COLL_CHECK(tp->init(&comm->tp_env, &st->ctx));
         if (st->ctx == NULL) {
             size_t len = strlen(absent);
             snprintf(absent + len, sizeof(absent) - len, "%s%s", len ? ", " : "", tp->name);

@@ -18,18 +18,11 @@
 #include <stdint.h>
 
 #include "bootstrap.h"
+#include "wire_check.h"
 
 /* The most ranks a communicator may have: a registration naming more is refused
  * before anything is sized by it. */
 #define COLL_WIRE_MAX_NRANKS (1 << 20)
-
-enum coll_wire_verdict {
-    COLL_WIRE_OK = 0,     /* whole and valid */
-    COLL_WIRE_MORE,       /* valid so far: read on */
-    COLL_WIRE_BAD_MAGIC,  /* not one of ours (a scanner, another program) */
-    COLL_WIRE_BAD_SECRET, /* ours, but another communicator's secret */
-    COLL_WIRE_BAD_FIELD,  /* secret shown, but a length, count or rank is out of range */
-};
 
 #define COLL_BOOT_MAGIC 0x544f4f42u /* "BOOT" */
 #define COLL_BOOT_MSG_BYTES 256
@@ -56,27 +49,6 @@ struct coll_boot_ring_hello {
     uint8_t secret[COLL_SECRET_BYTES];
     int32_t rank;
 };
-
-/* Compares two secrets in constant time: how long it takes says nothing about
- * how many leading bytes a guess got right. */
-bool coll_wire_secret_equal(const uint8_t *a, const uint8_t *b);
-
-/* The first got bytes of a message that starts {u32 magic, secret}: MORE, OK
- * (the prefix is whole and right), BAD_MAGIC or BAD_SECRET. */
-enum coll_wire_verdict coll_wire_prefix(const void *buf, size_t got, uint32_t magic,
-                                        const uint8_t *secret);
-
-/* The framing every fixed-size message shares: the magic and the secret (as
- * coll_wire_prefix), then exactly size bytes.  MORE until they have come; more
- * than size is refused with too_long (a static text).  OK: the caller goes on
- * with the fields. */
-enum coll_wire_verdict coll_wire_fixed(const void *buf, size_t got, uint32_t magic,
-                                       const uint8_t *secret, size_t size, const char *too_long,
-                                       const char **why_p);
-
-/* An address as published by a rank (its bootstrap listener, a transport's
- * listener): family IPv4 or IPv6 with the length of that family, a port. */
-bool coll_wire_addr_ok(const union coll_sockaddr *addr, uint32_t addrlen);
 
 /* A rank's info as it came from the network, for rank `rank`: its address, its
  * transport mask; host is NUL-terminated in *out. */
@@ -147,11 +119,6 @@ enum coll_wire_verdict coll_wire_shrink_reply(const void *buf, size_t len, const
                                               uint32_t epoch, int nranks,
                                               struct coll_shrink_reply *out,
                                               const char **why_p);
-
-/* "host:port" or "[v6]:port" split into host (NUL-terminated, hostlen bytes at
- * most) and a port 1-65535.  False with a message in err when malformed. */
-bool coll_wire_split_hostport(const char *s, char *host, size_t hostlen, uint16_t *port_p,
-                              char *err, size_t errlen);
 
 /* The secret of an id built from text: COLL_SECRET's hex digits (any even
  * number, folded into COLL_SECRET_BYTES), or, without one, bytes derived from

@@ -25,6 +25,10 @@
 #        OURS_TRANSPORTS  COLL_TRANSPORTS for ours (default: the mode's transport; shm mode with
 #                OURS_TRANSPORTS=tcp tries the script out before the shm transport exists)
 #        CEIL_RUNS=9  timed runs per ceiling size (shm mode; best of them is reported)
+#        BASE_BUILD  another build of ours (say, of the commit before a change): every run of
+#                ours is paired with the same run of it, the two in turn (the order swapped
+#                every repetition), and a last table gives after / before per (n, size) with
+#                the lowest ratio; the change is then judged in one sitting, beside the peers
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -112,6 +116,26 @@ run() { # name n size cmd...
     timeout 600 "$@" >> "$log" 2>&1 || echo "# $name n=$n size=$size failed rc=$?" >&2
 }
 
+run_ours_one() { # build name-suffix n size bytes [allreduce_perf args]
+    local bd=$1 suffix=$2 n=$3 size=$4 b=$5
+    shift 5
+    # shellcheck disable=SC2046
+    run "$ours$suffix" "$n" "$size" "$bd/tools/collrun" -n "$n" --no-prefix -- \
+        "$bd/perf/allreduce_perf" -b "$b" -e "$b" "$@" $(iters_for "$size")
+}
+rep_no=0 # the repetition under way: BASE_BUILD runs first on the even ones
+run_ours() { # name-suffix n size bytes [allreduce_perf args]: ours, and BASE_BUILD in turn
+    local suffix=$1
+    shift
+    if [ -n "${BASE_BUILD:-}" ] && [ $((rep_no % 2)) = 0 ]; then
+        run_ours_one "$BASE_BUILD" "${suffix}_base" "$@"
+    fi
+    run_ours_one "$build" "$suffix" "$@"
+    if [ -n "${BASE_BUILD:-}" ] && [ $((rep_no % 2)) = 1 ]; then
+        run_ours_one "$BASE_BUILD" "${suffix}_base" "$@"
+    fi
+}
+
 # Single-core ceilings (shm mode): best of CEIL_RUNS runs at 1 MiB and at 64 MiB, before the
 # sweeps so that they do not share the CPUs with them.
 CEIL_BYTES="1048576 67108864"
@@ -126,18 +150,14 @@ if [ "$MODE" = shm ]; then
     done
 fi
 
-for _ in $(seq "$REPS"); do
+for rep_no in $(seq "$REPS"); do
     for n in $NS; do
         for size in $SIZES; do
             b=$(bytes_of "$size")
-            # shellcheck disable=SC2046
-            run "$ours" "$n" "$size" "$build/tools/collrun" -n "$n" --no-prefix -- \
-                "$build/perf/allreduce_perf" -b "$b" -e "$b" $(iters_for "$size")
+            run_ours "" "$n" "$size" "$b"
             if [ "$MODE" = shm ] && [ "$b" -ge 1048576 ]; then
                 # the same with buffers from collMemAlloc: the direct allreduce
-                # shellcheck disable=SC2046
-                run "${ours}_mem" "$n" "$size" "$build/tools/collrun" -n "$n" --no-prefix -- \
-                    "$build/perf/allreduce_perf" -b "$b" -e "$b" -R 1 $(iters_for "$size")
+                run_ours _mem "$n" "$size" "$b" -R 1
             fi
             if [ "$MODE" = shm ]; then
                 run ompi_shm "$n" "$size" mpirun.openmpi -np "$n" --oversubscribe --mca pml ob1 \
@@ -170,6 +190,33 @@ besttime() { # lowest time (us) over the reps
     awk -v s="$b" '$1 == s {if (m == "" || $6 + 0 < m) m = $6 + 0} END {if (m == "") print "-"; else print m}' "$log"
 }
 
+# After / before (BASE_BUILD): one row per (n, size), the lowest ratio last.
+base_table() {
+    [ -n "${BASE_BUILD:-}" ] || return 0
+    echo
+    echo "## This build against BASE_BUILD ($BASE_BUILD), the same runs in turn"
+    echo
+    echo "| n | size | before busbw | after busbw | after / before | -R 1 before | -R 1 after | after / before |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
+    local lo=99 at="" n size a z r ma mz mr
+    for n in $NS; do
+        for size in $SIZES; do
+            a=$(best "${ours}_base" "$n" "$size"); z=$(best "$ours" "$n" "$size")
+            ma=$(best "${ours}_mem_base" "$n" "$size"); mz=$(best "${ours}_mem" "$n" "$size")
+            r=$(frac "$z" "$a"); mr=$(frac "$mz" "$ma")
+            for x in $r $mr; do
+                if [ "$x" != "-" ] && awk -v x="$x" -v l="$lo" 'BEGIN {exit !(x < l)}'; then
+                    lo=$x; at="n=$n size=$size"
+                fi
+            done
+            echo "| $n | $size | $a | $z | $r | $ma | $mz | $mr |"
+        done
+    done
+    echo
+    echo "lowest after / before: $lo ($at)"
+}
+frac() { awk -v a="$1" -v b="$2" 'BEGIN {if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "-"}'; }
+
 echo
 if [ "$MODE" = tcp ]; then
     echo "| n | size | libcollective busbw | Open MPI tcp | Gloo ring | Gloo ring-chunked | ratio to better peer | 8 B time us (coll / ompi) |"
@@ -186,6 +233,7 @@ if [ "$MODE" = tcp ]; then
             echo "| $n | $size | $c | $o | $g | $gc | $ratio | $t |"
         done
     done
+    base_table
     exit 0
 fi
 
@@ -215,8 +263,6 @@ ceil_of() { # kind bytes -> best GB/s
     sumrw) awk -v s="$2" '$1 == "a+=b" && $2 == s {if ($4 + 0 > m) m = $4 + 0} END {if (m == "") print "-"; else printf "%.2f", m}' "$OUT/ceil_reduce.log" ;;
     esac
 }
-frac() { awk -v a="$1" -v b="$2" 'BEGIN {if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "-"}'; }
-
 echo
 echo "## Ceilings: one core of this machine (best of $CEIL_RUNS runs; GB = 1e9 B)"
 echo
@@ -261,3 +307,4 @@ for n in $NS; do
 done
 echo
 echo "# plots: $OUT/shm_allreduce_n*.svg"
+base_table

@@ -1,6 +1,6 @@
 /*
  * The table every listener reads its hellos through (coll_hellos_next in
- * lib/socket.c), on one loopback listener with a table of 4:
+ * lib/base/socket.c), on one loopback listener with a table of 4:
  *
  *   a. ten half-open clients, then a rank's valid hello: the rank gets through
  *      (the oldest silent clients make room) and the table never holds more than 4

@@ -1,5 +1,5 @@
 /*
- * Unit test of the reduction kernels (lib/reduce.c) against a plain scalar reference.
+ * Unit test of the reduction kernels (lib/base/reduce.c) against a plain scalar reference.
  *
  *   - names and sizes of every type and op;
  *   - float16/bfloat16 conversions: all 65536 bit patterns of each (value, round trip, NaN

@@ -43,7 +43,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "alloc.h"
+#include "check.h"
+#include "log.h"
+#include "param.h"
+#include "transport.h"
 
 #define SHM_MAGIC 0x4d485343u /* "CSHM" */
 #define SHM_MAX_SLOTS 64
@@ -78,7 +82,7 @@ struct shm_ctrl {
 };
 
 struct shm_ctx {
-    struct coll_comm *comm;
+    const struct coll_tp_env *env;
     uint64_t netns;
     uint32_t nslots, slot_bytes;
 };
@@ -127,11 +131,11 @@ static uint64_t shm_netns(void)
     return stat("/proc/self/ns/net", &st) == 0 ? (uint64_t)st.st_ino : 0;
 }
 
-static collResult_t shm_init(struct coll_comm *comm, void **ctx_p)
+static collResult_t shm_init(const struct coll_tp_env *env, void **ctx_p)
 {
     struct shm_ctx *ctx;
     COLL_CHECK(coll_calloc(&ctx, 1));
-    ctx->comm = comm;
+    ctx->env = env;
     ctx->netns = shm_netns();
     /* Slots hold the pipeline's slices whole; 16 of them keep a sender well ahead
      * of its receiver.  Oversubscribed hosts use small slices, and only the
@@ -165,7 +169,7 @@ static collResult_t shm_can_connect(void *vctx, const struct coll_rank_info *pee
     struct shm_ctx *ctx = vctx;
     struct shm_handle h;
     memcpy(&h, handle, sizeof(h));
-    const struct coll_rank_info *mine = &ctx->comm->peers[ctx->comm->rank].info;
+    const struct coll_rank_info *mine = coll_tp_peer(ctx->env, ctx->env->rank);
     /* host_hash covers the boot id and the host name */
     *ok_p = h.magic == SHM_MAGIC && peer->host_hash == mine->host_hash &&
             h.netns == ctx->netns && ctx->netns != 0;
@@ -253,7 +257,7 @@ static collResult_t shm_connect(void *vctx, const void *handle, int peer,
                                 struct coll_conn **conn_p)
 {
     struct shm_ctx *ctx = vctx;
-    struct coll_comm *comm = ctx->comm;
+    const struct coll_tp_env *env = ctx->env;
     struct shm_handle h;
     memcpy(&h, handle, sizeof(h));
     size_t seg_bytes = shm_seg_bytes(ctx->nslots, ctx->slot_bytes);
@@ -263,11 +267,11 @@ static collResult_t shm_connect(void *vctx, const void *handle, int peer,
     int err = coll_memfd_map("libcollective-shm", seg_bytes, &mfd, &seg, &step);
     if (err != 0) {
         if (strcmp(step, "reserve") == 0)
-            coll_set_error(comm, "shm: cannot reserve %zu bytes of shared memory (memfd, the "
+            coll_tp_error(env, "shm: cannot reserve %zu bytes of shared memory (memfd, the "
                            "same memory as /dev/shm) for rank %d: %s", seg_bytes, peer,
                            strerror(err));
         else
-            coll_set_error(comm, "shm: %s of %zu bytes for rank %d failed: %s", step,
+            coll_tp_error(env, "shm: %s of %zu bytes for rank %d failed: %s", step,
                            seg_bytes, peer, strerror(err));
         return collSystemError;
     }
@@ -280,14 +284,14 @@ static collResult_t shm_connect(void *vctx, const void *handle, int peer,
     socklen_t len = shm_sockaddr(h.name, &sa);
     collResult_t res = collSuccess;
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, len) != 0) {
-        coll_set_error(comm, "shm: cannot connect to rank %d at @%s: %s", peer, h.name,
+        coll_tp_error(env, "shm: cannot connect to rank %d at @%s: %s", peer, h.name,
                        strerror(errno));
         res = collRemoteError;
     } else {
-        struct shm_hello hello = {.magic = SHM_MAGIC, .rank = comm->rank,
+        struct shm_hello hello = {.magic = SHM_MAGIC, .rank = env->rank,
                                   .nslots = ctx->nslots, .slot_bytes = ctx->slot_bytes,
                                   .seg_bytes = seg_bytes};
-        memcpy(hello.secret, comm->secret, COLL_SECRET_BYTES);
+        memcpy(hello.secret, env->secret, COLL_SECRET_BYTES);
         struct iovec iov = {.iov_base = &hello, .iov_len = sizeof(hello)};
         union {
             char buf[CMSG_SPACE(sizeof(int))];
@@ -302,7 +306,7 @@ static collResult_t shm_connect(void *vctx, const void *handle, int peer,
         cm->cmsg_len = CMSG_LEN(sizeof(int));
         memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
         if (sendmsg(fd, &msg, MSG_NOSIGNAL) != (ssize_t)sizeof(hello)) {
-            coll_set_error(comm, "shm: handshake with rank %d failed: %s", peer, strerror(errno));
+            coll_tp_error(env, "shm: handshake with rank %d failed: %s", peer, strerror(errno));
             res = collRemoteError;
         }
     }
@@ -336,7 +340,7 @@ static void shm_listener_update_fds(struct shm_listener *lis)
 static int shm_read_hello(struct shm_listener *lis, int fd, int *rank_p, void **seg_p,
                           size_t *bytes_p)
 {
-    struct coll_comm *comm = lis->ctx->comm;
+    const struct coll_tp_env *env = lis->ctx->env;
     struct shm_hello hello;
     struct iovec iov = {.iov_base = &hello, .iov_len = sizeof(hello)};
     union {
@@ -355,8 +359,8 @@ static int shm_read_hello(struct shm_listener *lis, int fd, int *rank_p, void **
             memcpy(&mfd, CMSG_DATA(cm), sizeof(int));
     bool ok = r == (ssize_t)sizeof(hello) && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
               mfd >= 0 && hello.magic == SHM_MAGIC &&
-              memcmp(hello.secret, comm->secret, COLL_SECRET_BYTES) == 0 && hello.rank >= 0 &&
-              hello.rank < comm->nranks && hello.nslots >= 2 && hello.nslots <= SHM_MAX_SLOTS &&
+              memcmp(hello.secret, env->secret, COLL_SECRET_BYTES) == 0 && hello.rank >= 0 &&
+              hello.rank < env->nranks && hello.nslots >= 2 && hello.nslots <= SHM_MAX_SLOTS &&
               hello.slot_bytes >= 4096 && hello.slot_bytes <= (64u << 20) &&
               hello.slot_bytes % 64 == 0 &&
               hello.seg_bytes == shm_seg_bytes(hello.nslots, hello.slot_bytes);

@@ -22,7 +22,11 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "alloc.h"
+#include "check.h"
+#include "log.h"
+#include "param.h"
+#include "transport.h"
 #include "socket.h"
 #include "tcp_wire.h"
 
@@ -31,7 +35,7 @@
 #define TCP_MAX_PENDING 256
 
 struct tcp_ctx {
-    struct coll_comm *comm;
+    const struct coll_tp_env *env;
     int nsocks;
     int bufsize;
 };
@@ -73,11 +77,11 @@ struct tcp_listener {
     int nranks;
 };
 
-static collResult_t tcp_init(struct coll_comm *comm, void **ctx_p)
+static collResult_t tcp_init(const struct coll_tp_env *env, void **ctx_p)
 {
     struct tcp_ctx *ctx;
     COLL_CHECK(coll_calloc(&ctx, 1));
-    ctx->comm = comm;
+    ctx->env = env;
     int64_t ns = coll_param_int(COLL_PARAM_NSOCKS_PERPEER);
     if (ns < 0 || ns > TCP_MAX_SOCKS) {
         COLL_WARN("COLL_NSOCKS_PERPEER=%lld is outside 0-%d; using 0 (automatic)",
@@ -115,14 +119,14 @@ static void tcp_tune_socket(struct tcp_ctx *ctx, int fd)
 static collResult_t tcp_listen(void *vctx, void *handle, struct coll_conn **lis_p)
 {
     struct tcp_ctx *ctx = vctx;
-    struct coll_comm *comm = ctx->comm;
+    const struct coll_tp_env *env = ctx->env;
     struct tcp_listener *lis;
     struct tcp_handle h = {.magic = TCP_MAGIC};
     socklen_t len;
     char ifname[64];
     /* The data interface follows the bootstrap's choice: the one that reaches
      * the root, unless COLL_SOCKET_IFNAME says otherwise. */
-    COLL_CHECK(coll_socket_pick_addr((const struct sockaddr *)&comm->peers[comm->rank].info.boot_addr,
+    COLL_CHECK(coll_socket_pick_addr((const struct sockaddr *)&coll_tp_peer(env, env->rank)->boot_addr,
                                      &h.addr, &len, ifname, sizeof(ifname)));
     bool loopback = coll_socket_is_loopback((struct sockaddr *)&h.addr);
     if (ctx->nsocks == 0)
@@ -134,14 +138,14 @@ static collResult_t tcp_listen(void *vctx, void *handle, struct coll_conn **lis_
     if (ctx->bufsize == 0 && loopback)
         ctx->bufsize = 512 * 1024;
     COLL_CHECK(coll_calloc(&lis, 1));
-    collResult_t res = coll_calloc(&lis->ready, (size_t)comm->nranks);
+    collResult_t res = coll_calloc(&lis->ready, (size_t)env->nranks);
     if (res != collSuccess) {
         free(lis);
         return res;
     }
-    lis->nranks = comm->nranks;
+    lis->nranks = env->nranks;
     lis->ctx = ctx;
-    lis->wire = (struct tcp_wire_ctx){.secret = comm->secret, .nranks = comm->nranks};
+    lis->wire = (struct tcp_wire_ctx){.secret = env->secret, .nranks = env->nranks};
     res = coll_socket_listen(&h.addr, &len, &lis->lfd);
     if (res == collSuccess) {
         res = coll_hellos_init(&lis->hellos, lis->lfd, "tcp listener", TCP_MAX_PENDING,
@@ -193,11 +197,11 @@ static collResult_t tcp_connect(void *vctx, const void *handle, int peer,
                                 struct coll_conn **conn_p)
 {
     struct tcp_ctx *ctx = vctx;
-    struct coll_comm *comm = ctx->comm;
+    const struct coll_tp_env *env = ctx->env;
     struct tcp_handle h;
     const char *why = "";
     if (tcp_wire_handle(handle, COLL_TP_HANDLE_BYTES, &h, &why) != COLL_WIRE_OK) {
-        coll_set_error(comm, "tcp: rank %d published no usable tcp address: %s", peer, why);
+        coll_tp_error(env, "tcp: rank %d published no usable tcp address: %s", peer, why);
         return collInternalError;
     }
     int fds[TCP_MAX_SOCKS];
@@ -208,21 +212,21 @@ static collResult_t tcp_connect(void *vctx, const void *handle, int peer,
     for (i = 0; i < n; i++) {
         /* The peer listened before its handle was shared: a refusal means it is
          * gone, so fail at once rather than retry until the deadline. */
-        res = coll_socket_connect((struct sockaddr *)&h.addr, h.addrlen, comm->deadline_ns,
+        res = coll_socket_connect((struct sockaddr *)&h.addr, h.addrlen, coll_tp_deadline(env),
                                   false, &fds[i]);
         if (res != collSuccess) {
-            coll_set_error(comm, "tcp: cannot connect to rank %d at %s (%.64s): %s", peer,
+            coll_tp_error(env, "tcp: cannot connect to rank %d at %s (%.64s): %s", peer,
                            coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a)),
-                           comm->peers[peer].info.host, strerror(errno));
+                           coll_tp_peer(env, peer)->host, strerror(errno));
             break;
         }
-        struct tcp_hello hello = {.magic = TCP_MAGIC, .rank = comm->rank, .sock_idx = i,
+        struct tcp_hello hello = {.magic = TCP_MAGIC, .rank = env->rank, .sock_idx = i,
                                   .nsocks = n};
-        memcpy(hello.secret, comm->secret, COLL_SECRET_BYTES);
+        memcpy(hello.secret, env->secret, COLL_SECRET_BYTES);
         int err;
-        res = coll_socket_send_all(fds[i], &hello, sizeof(hello), comm->deadline_ns, &err);
+        res = coll_socket_send_all(fds[i], &hello, sizeof(hello), coll_tp_deadline(env), &err);
         if (res != collSuccess) {
-            coll_set_error(comm, "tcp: handshake with rank %d at %s failed: %s", peer,
+            coll_tp_error(env, "tcp: handshake with rank %d at %s failed: %s", peer,
                            coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a)),
                            strerror(err));
             close(fds[i]);

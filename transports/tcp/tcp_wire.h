@@ -8,7 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "wire.h"
+#include "transport.h"
+#include "wire_check.h"
 
 #define TCP_MAGIC 0x50435443u /* "CTCP" */
 #define TCP_MAX_SOCKS 16

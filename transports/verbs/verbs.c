@@ -57,7 +57,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "alloc.h"
+#include "check.h"
+#include "log.h"
+#include "param.h"
+#include "transport.h"
 #include "socket.h"
 #include "verbs.h"
 
@@ -75,7 +79,7 @@ struct verbs_reply {
 struct verbs_listener;
 
 struct verbs_ctx {
-    struct coll_comm *comm;
+    const struct coll_tp_env *env;
     struct verbs_dev dev;
     uint32_t nslots, slot_bytes;
     struct verbs_listener *lis; /* for set-ups answered while waiting on other work */
@@ -143,7 +147,7 @@ struct verbs_listener {
     int nready;
 };
 
-static collResult_t verbs_init(struct coll_comm *comm, void **ctx_p)
+static collResult_t verbs_init(const struct coll_tp_env *env, void **ctx_p)
 {
     *ctx_p = NULL;
     /* Sizes first: a malformed value is reported whether or not a device
@@ -162,7 +166,7 @@ static collResult_t verbs_init(struct coll_comm *comm, void **ctx_p)
     }
     struct verbs_ctx *ctx;
     COLL_CHECK(coll_calloc(&ctx, 1));
-    ctx->comm = comm;
+    ctx->env = env;
     ctx->nslots = (uint32_t)nslots;
     ctx->slot_bytes = (uint32_t)slot;
     bool found = false;
@@ -218,20 +222,20 @@ static collResult_t verbs_can_connect(void *vctx, const struct coll_rank_info *p
 static collResult_t verbs_listen(void *vctx, void *handle, struct coll_conn **lis_p)
 {
     struct verbs_ctx *ctx = vctx;
-    struct coll_comm *comm = ctx->comm;
+    const struct coll_tp_env *env = ctx->env;
     struct verbs_handle h = {.magic = VERBS_MAGIC, .nslots = ctx->nslots,
                              .slot_bytes = ctx->slot_bytes, .eth = ctx->dev.eth};
     socklen_t len;
     char ifname[64];
     /* The side channel carries a few hundred bytes per connection: the
      * bootstrap's interface choice is good enough. */
-    COLL_CHECK(coll_socket_pick_addr((const struct sockaddr *)&comm->peers[comm->rank].info.boot_addr,
+    COLL_CHECK(coll_socket_pick_addr((const struct sockaddr *)&coll_tp_peer(env, env->rank)->boot_addr,
                                      &h.addr, &len, ifname, sizeof(ifname)));
     struct verbs_listener *lis;
     COLL_CHECK(coll_calloc(&lis, 1));
-    lis->wire = (struct verbs_wire_ctx){.secret = comm->secret, .nranks = comm->nranks,
+    lis->wire = (struct verbs_wire_ctx){.secret = env->secret, .nranks = env->nranks,
                                         .nslots = ctx->nslots, .slot_bytes = ctx->slot_bytes};
-    collResult_t res = coll_calloc(&lis->ready, (size_t)comm->nranks);
+    collResult_t res = coll_calloc(&lis->ready, (size_t)env->nranks);
     if (res == collSuccess)
         res = coll_socket_listen(&h.addr, &len, &lis->lfd);
     if (res == collSuccess) {
@@ -298,7 +302,7 @@ static int verbs_post_recvs(struct verbs_conn *c, uint32_t n)
 static collResult_t verbs_conn_new(struct verbs_ctx *ctx, int peer, bool is_send, uint32_t nslots,
                                    uint32_t slot_bytes, struct verbs_conn **c_p)
 {
-    struct coll_comm *comm = ctx->comm;
+    const struct coll_tp_env *env = ctx->env;
     struct verbs_dev *d = &ctx->dev;
     struct verbs_conn *c;
     COLL_CHECK(coll_calloc(&c, 1));
@@ -316,7 +320,7 @@ static collResult_t verbs_conn_new(struct verbs_ctx *ctx, int peer, bool is_send
      * holds one receive per slot and credit writes. */
     c->send_depth = 2 * nslots;
     c->recv_depth = is_send ? 2 * nslots : nslots;
-    c->psn = (uint32_t)(coll_now_ns() ^ ((uint64_t)comm->rank << 12) ^ (uint64_t)peer) & 0xffffff;
+    c->psn = (uint32_t)(coll_now_ns() ^ ((uint64_t)env->rank << 12) ^ (uint64_t)peer) & 0xffffff;
     const char *what = "ibv_create_comp_channel";
     size_t ring_bytes = (size_t)nslots * slot_bytes;
     collResult_t res = collSystemError;
@@ -366,7 +370,7 @@ static collResult_t verbs_conn_new(struct verbs_ctx *ctx, int peer, bool is_send
     *c_p = c;
     return collSuccess;
 err:
-    coll_set_error(comm, "verbs: %s on %s for rank %d failed: %s%s", what, d->name, peer,
+    coll_tp_error(env, "verbs: %s on %s for rank %d failed: %s%s", what, d->name, peer,
                    strerror(errno),
                    errno == ENOMEM || errno == EAGAIN ? " (is the locked-memory limit, ulimit -l, "
                                                         "too small?)"
@@ -379,11 +383,11 @@ static collResult_t verbs_connect(void *vctx, const void *handle, int peer,
                                   struct coll_conn **conn_p)
 {
     struct verbs_ctx *ctx = vctx;
-    struct coll_comm *comm = ctx->comm;
+    const struct coll_tp_env *env = ctx->env;
     struct verbs_handle h;
     const char *why = "";
     if (verbs_wire_handle(handle, COLL_TP_HANDLE_BYTES, &h, &why) != COLL_WIRE_OK) {
-        coll_set_error(comm, "verbs: rank %d published no usable verbs handle: %s", peer, why);
+        coll_tp_error(env, "verbs: rank %d published no usable verbs handle: %s", peer, why);
         return collInternalError;
     }
     struct verbs_conn *c;
@@ -393,24 +397,24 @@ static collResult_t verbs_connect(void *vctx, const void *handle, int peer,
     /* The side channel listened before the handle was shared: a refusal means
      * the peer is gone. */
     collResult_t res = coll_socket_connect((struct sockaddr *)&h.addr, h.addrlen,
-                                           comm->deadline_ns, false, &c->sock);
+                                           coll_tp_deadline(env), false, &c->sock);
     if (res != collSuccess) {
-        coll_set_error(comm, "verbs: cannot reach the side channel of rank %d at %s (%.64s): %s",
-                       peer, a, comm->peers[peer].info.host, strerror(errno));
+        coll_tp_error(env, "verbs: cannot reach the side channel of rank %d at %s (%.64s): %s",
+                       peer, a, coll_tp_peer(env, peer)->host, strerror(errno));
         c->sock = -1;
         verbs_conn_free(c);
         return res;
     }
-    struct verbs_hello hello = {.magic = VERBS_MAGIC, .rank = comm->rank, .nslots = c->nslots,
+    struct verbs_hello hello = {.magic = VERBS_MAGIC, .rank = env->rank, .nslots = c->nslots,
                                 .slot_bytes = c->slot_bytes,
                                 .credit_addr = (uint64_t)(uintptr_t)c->word,
                                 .credit_rkey = c->word_mr->rkey};
-    memcpy(hello.secret, comm->secret, COLL_SECRET_BYTES);
+    memcpy(hello.secret, env->secret, COLL_SECRET_BYTES);
     verbs_qp_info(&ctx->dev, c->qp, c->psn, &hello.qp);
     int err;
-    res = coll_socket_send_all(c->sock, &hello, sizeof(hello), comm->deadline_ns, &err);
+    res = coll_socket_send_all(c->sock, &hello, sizeof(hello), coll_tp_deadline(env), &err);
     if (res != collSuccess) {
-        coll_set_error(comm, "verbs: handshake with rank %d at %s failed: %s", peer, a,
+        coll_tp_error(env, "verbs: handshake with rank %d at %s failed: %s", peer, a,
                        strerror(err));
         verbs_conn_free(c);
         return res;
@@ -437,7 +441,7 @@ static collResult_t verbs_accept_one(struct verbs_listener *lis, int fd,
                                      const struct verbs_hello *hello, struct coll_conn **conn_p)
 {
     struct verbs_ctx *ctx = lis->ctx;
-    struct coll_comm *comm = ctx->comm;
+    const struct coll_tp_env *env = ctx->env;
     struct verbs_conn *c;
     collResult_t res = verbs_conn_new(ctx, hello->rank, false, ctx->nslots, ctx->slot_bytes, &c);
     if (res != collSuccess) {
@@ -452,7 +456,7 @@ static collResult_t verbs_accept_one(struct verbs_listener *lis, int fd,
     const char *step = "";
     res = verbs_qp_connect(&ctx->dev, c->qp, c->psn, &hello->qp, &err, &step);
     if (res != collSuccess) {
-        coll_set_error(comm, "verbs: %s for rank %d: %s", step, hello->rank, strerror(err));
+        coll_tp_error(env, "verbs: %s for rank %d: %s", step, hello->rank, strerror(err));
         verbs_conn_free(c);
         return res;
     }
@@ -460,9 +464,9 @@ static collResult_t verbs_accept_one(struct verbs_listener *lis, int fd,
                                 .ring_addr = (uint64_t)(uintptr_t)c->ring,
                                 .ring_rkey = c->ring_mr->rkey};
     verbs_qp_info(&ctx->dev, c->qp, c->psn, &reply.qp);
-    res = coll_socket_send_all(fd, &reply, sizeof(reply), comm->deadline_ns, &err);
+    res = coll_socket_send_all(fd, &reply, sizeof(reply), coll_tp_deadline(env), &err);
     if (res != collSuccess) {
-        coll_set_error(comm, "verbs: answering rank %d failed: %s", hello->rank,
+        coll_tp_error(env, "verbs: answering rank %d failed: %s", hello->rank,
                        err ? strerror(err) : "connection closed by peer");
         verbs_conn_free(c);
         return res;
@@ -481,12 +485,12 @@ static collResult_t verbs_accept_one(struct verbs_listener *lis, int fd,
  * receive would wait on each other). */
 static collResult_t verbs_listener_progress(struct verbs_listener *lis)
 {
-    struct coll_comm *comm = lis->ctx->comm;
+    const struct coll_tp_env *env = lis->ctx->env;
     struct verbs_hello h;
     int fd;
     /* coll_hellos_next returns only hellos that passed verbs_wire_hello. */
     while ((fd = coll_hellos_next(lis->lfd, &lis->hellos, &h)) >= 0) {
-        if (lis->nready == comm->nranks) {
+        if (lis->nready == env->nranks) {
             coll_hellos_dropped(&lis->hellos, "more set-ups than the communicator has ranks");
             close(fd);
             continue;

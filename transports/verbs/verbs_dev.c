@@ -12,7 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "alloc.h"
+#include "check.h"
+#include "log.h"
+#include "param.h"
+#include "transport.h"
 #include "verbs.h"
 
 bool verbs_hca_match(const char *spec, const char *name, int port)

@@ -7,7 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "wire.h"
+#include "transport.h"
+#include "wire_check.h"
 
 #define VERBS_MAGIC 0x42565243u /* "CRVB" */
 #define VERBS_MAX_SLOTS 256

@@ -1,7 +1,7 @@
 /* Result codes: names and messages. */
 #include <assert.h>
 
-#include "internal.h"
+#include "check.h"
 
 static const char *const result_msgs[] = {
     [collSuccess] = "no error",

@@ -13,6 +13,9 @@
 
 #define COLL_ADDR_STRLEN 80
 
+/* Monotonic clock in ns: the clock of every deadline. */
+int64_t coll_now_ns(void);
+
 /* An IPv4 or IPv6 address, small enough for the unique id and handles. */
 union coll_sockaddr {
     struct sockaddr sa;

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "collective.h"
 #include "log.h"
 
 const char *coll_result_name(collResult_t result);

@@ -1,15 +1,23 @@
 /* The transport interface: how the core moves bytes between two ranks.  A
  * transport knows nothing of collectives or data types.  Shaped like a network
  * plugin: listen/connect/accept, then non-blocking isend/irecv/test.  No slot
- * blocks; the core (exec.c) drives progress and deadlines. */
+ * blocks; the core (exec.c) drives progress and deadlines.
+ *
+ * A transport sees the communicator only through struct coll_tp_env, and
+ * includes this header and the base layer's (log, param, socket, alloc, wire
+ * checks) only: the build gives transports/ no other include directory. */
 #ifndef COLL_TRANSPORT_H
 #define COLL_TRANSPORT_H
 
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "collective.h"
+#include "socket.h"
+#include "wire_check.h"
 
 #define COLL_TRANSPORT_ABI 1u
 #define COLL_TP_CAP_HOST_MEM (1u << 0)
@@ -20,11 +28,64 @@
 #define COLL_TP_HANDLE_BYTES 128
 #define COLL_CONN_MAX_FDS 16
 
+#define COLL_MAX_TRANSPORTS 4
+
 #define coll_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 struct coll_comm;
-struct coll_rank_info;
 struct coll_transport;
+
+/* What every rank tells the others at init (through the bootstrap). */
+struct coll_rank_info {
+    int32_t rank;
+    int32_t pid;
+    uint64_t host_hash;         /* hash of host name + boot id */
+    char host[64];              /* host name, for messages */
+    union coll_sockaddr boot_addr; /* this rank's bootstrap listener */
+    uint32_t boot_addrlen;
+    uint32_t tp_mask;           /* bit i: transport i of the table is listening */
+    uint8_t tp_handle[COLL_MAX_TRANSPORTS][COLL_TP_HANDLE_BYTES]; /* listen handles */
+};
+
+/* All a transport knows of the communicator it serves, handed to init and valid
+ * until fini. */
+struct coll_tp_env {
+    int rank, nranks;
+    const uint8_t *secret;         /* COLL_SECRET_BYTES, shown in every handshake */
+    /* Every rank's published record (host, bootstrap address, listen handles);
+     * this rank's own carries its bootstrap address before the others are known. */
+    const struct coll_rank_info *(*peer)(void *owner, int rank);
+    /* The current operation's deadline (coll_now_ns clock): a blocking step of a
+     * connection's set-up gives up there. */
+    int64_t (*deadline)(void *owner);
+    /* Records why the call that returns an error failed, for the user. */
+    void (*error)(void *owner, const char *msg);
+    /* Ranks of the communicator on this host, this one included; known once every
+     * rank's record is (from the first listen on, not at init). */
+    int (*local_ranks)(void *owner);
+    void *owner;
+};
+
+static inline const struct coll_rank_info *coll_tp_peer(const struct coll_tp_env *env, int rank)
+{
+    return env->peer(env->owner, rank);
+}
+
+static inline int64_t coll_tp_deadline(const struct coll_tp_env *env)
+{
+    return env->deadline(env->owner);
+}
+
+__attribute__((format(printf, 2, 3)))
+static inline void coll_tp_error(const struct coll_tp_env *env, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    env->error(env->owner, msg);
+}
 
 /* One direction between two ranks.  Transports embed it first in their own
  * connection struct. */
@@ -61,7 +122,7 @@ struct coll_transport {
     bool cheap_poll;
     /* *ctx_p NULL with collSuccess: nothing to use on this host (no device);
      * the transport is then not offered, and init has said why at INFO. */
-    collResult_t (*init)(struct coll_comm *comm, void **ctx_p);
+    collResult_t (*init)(const struct coll_tp_env *env, void **ctx_p);
     void (*fini)(void *ctx);
     /* Whether this rank can reach peer, whose listen handle is given. */
     collResult_t (*can_connect)(void *ctx, const struct coll_rank_info *peer, const void *handle,

@@ -18,8 +18,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
-#include "wire.h"
+#include "alloc.h"
+#include "check.h"
+#include "param.h"
+#include "wire_check.h"
 
 void coll_socket_set_nodelay(int fd)
 {
