@@ -66,7 +66,6 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
-#include <stdatomic.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -81,7 +80,7 @@
 #define MAX_SIDES 3
 #define LONG_TICK_MS 10000   /* waits that must end by a wake-up, not by poll's timeout */
 #define CORE_TICK_MS 100     /* the core's poll slice */
-#define LIMIT_MS 20000       /* any one drive */
+#define LIMIT_MS 20000       /* any one drive (three times that for the threaded ones) */
 #define BIG (16u << 20)      /* more than any transport here buffers (shm: 4 MiB ring) */
 #define HALF_BIG (32u << 20) /* a message caught half through */
 #define MAX_SPLITS 512
@@ -431,7 +430,7 @@ static void *driver_main(void *p)
     d->t_post = now_s();
     for (int i = 0; d->post && i < d->nops; i++)
         op_post(&d->ops[i]);
-    d->pending = drive(d->ops, d->nops, LIMIT_MS, d->tick_ms, &d->timeouts);
+    d->pending = drive(d->ops, d->nops, 3 * LIMIT_MS, d->tick_ms, &d->timeouts);
     d->t_end = now_s();
     return NULL;
 }
@@ -551,7 +550,7 @@ static void case_connect(void)
     sides_open(2, s);
     /* Nothing is being set up: NULL, at once. */
     for (int i = 0; i < 5; i++) {
-        struct coll_conn *c = (struct coll_conn *)&c;
+        struct coll_conn *c = (struct coll_conn *)&c; /* not NULL: accept must set it */
         double t0 = now_s();
         CHECK(tp->accept(s[0].lis, &c) == collSuccess);
         CHECK_MSG(c == NULL, "accept handed out a connection nobody made");
@@ -737,7 +736,7 @@ static void case_peek(void)
     sides_open(2, s);
     struct link l;
     link_open(&l, &s[1], &s[0]);
-    const void *p = (const void *)&p;
+    const void *p = (const void *)&p; /* not NULL: recv_peek must set it */
     size_t len = 0;
     CHECK(tp->recv_peek(l.r, 100, &p, &len) == collSuccess);
     CHECK_MSG(p == NULL, "recv_peek lent bytes before anything was sent");
@@ -784,13 +783,13 @@ static void wake_check(struct op *waiter, struct op *late, const char *what)
     op_post(waiter);
     driver_start(&d);
     int timeouts = 0;
-    int left = drive(waiter, 1, LIMIT_MS, LONG_TICK_MS, &timeouts);
+    /* Slow is fine (tiny slots under emulation take seconds); sleeping through a
+     * wake-up is not: no poll may run out its tick. */
+    int left = drive(waiter, 1, 3 * LIMIT_MS, LONG_TICK_MS, &timeouts);
     double t_end = now_s();
     pthread_join(d.th, NULL);
     CHECK_MSG(left == 0 && timeouts == 0, "%s: %s after %d poll timeout(s) of %d s", what,
               left ? "still pending" : "done", timeouts, LONG_TICK_MS / 1000);
-    CHECK_MSG(left || t_end - d.t_post < 10.0, "%s: done %.1f s after the other side started",
-              what, t_end - d.t_post);
     if (verbose)
         printf("  %s: done %.3f s after the other side started\n", what, t_end - d.t_post);
 }
@@ -1176,7 +1175,7 @@ struct test_case {
 static const struct test_case cases[] = {
     {"table", case_table, 60},       {"connect", case_connect, 90},
     {"sizes", case_sizes, 180},      {"inflight", case_inflight, 120},
-    {"peek", case_peek, 120},        {"wake", case_wake, 120},
+    {"peek", case_peek, 120},        {"wake", case_wake, 240},
     {"shutdown", case_shutdown, 120}, {"close", case_close, 120},
     {"kill", case_kill, 120},        {"handles", case_handles, 120},
 };
@@ -1197,9 +1196,7 @@ static int run_case(const struct test_case *tc)
     if (pid == 0) {
         setpgid(0, 0);
         tc->fn();
-        fflush(stdout);
-        fflush(stderr);
-        _exit(test_result());
+        exit(test_result()); /* exit, not _exit: leak checkers run at exit */
     }
     setpgid(pid, pid);
     int status = 0;
