@@ -141,6 +141,13 @@ static bool side_open(struct side *s, int nranks, int rank, const collUniqueId *
     return s->ctx != NULL;
 }
 
+/* The handle peer published, as s knows it (the kill case's ranks are not all
+ * in this process). */
+static const uint8_t *side_peer_handle(const struct side *s, int peer)
+{
+    return s->comm->peers[peer].info.tp_handle[tp_index];
+}
+
 /* Transports read the deadline of the comm's operation in connect (today): each
  * connect gets a fresh one. */
 static void side_arm(struct side *s, int ms)
@@ -554,7 +561,7 @@ static void case_connect(void)
         double t0 = now_s();
         CHECK(tp->accept(s[0].lis, &c) == collSuccess);
         CHECK_MSG(c == NULL, "accept handed out a connection nobody made");
-        CHECK_MSG(now_s() - t0 < 0.5, "accept took %.2f s with nothing to accept", now_s() - t0);
+        CHECK_MSG(now_s() - t0 < 1.0, "accept took %.2f s with nothing to accept", now_s() - t0);
     }
     bool ok = false;
     CHECK(tp->can_connect(s[1].ctx, s[0].info, s[0].handle, &ok) == collSuccess);
@@ -1006,7 +1013,7 @@ static void kill_child(const collUniqueId *id, int dir, int in, int out)
     struct coll_conn *c = NULL;
     if (dir == 0) {
         side_arm(&me, 10000);
-        if (tp->connect(me.ctx, me.comm->peers[0].info.tp_handle[tp_index], 0, &c) !=
+        if (tp->connect(me.ctx, side_peer_handle(&me, 0), 0, &c) !=
                 collSuccess ||
             read_byte(in, 10000) != 'a')
             _exit(1);
@@ -1061,7 +1068,7 @@ static void case_kill(void)
             op_recv(&o, OP_RECV, c, HALF_BIG, NULL);
         } else {
             side_arm(&me, 10000);
-            CHECK_RES(tp->connect(me.ctx, me.comm->peers[1].info.tp_handle[tp_index], 1, &c),
+            CHECK_RES(tp->connect(me.ctx, side_peer_handle(&me, 1), 1, &c),
                       collSuccess, me.comm);
             op_send(&o, c, HALF_BIG, 42);
             if (c != NULL && read_byte(up[0], 10000) == 'a') {
@@ -1082,7 +1089,7 @@ static void case_kill(void)
             struct coll_conn *x = NULL;
             side_arm(&me, 10000);
             double t0 = now_s();
-            collResult_t res = tp->connect(me.ctx, me.comm->peers[1].info.tp_handle[tp_index], 1,
+            collResult_t res = tp->connect(me.ctx, side_peer_handle(&me, 1), 1,
                                            &x);
             if (res == collSuccess && x != NULL) {
                 struct op so;
