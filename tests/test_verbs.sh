@@ -10,6 +10,9 @@
 #   sweep-verbs-tiny-n3         2 slots of 4 KiB: every message wraps the ring
 #   p2p-verbs-n3                tests/test_p2p
 #   kill-verbs                  tests/test_kill: a rank dies mid-allreduce
+#   transport-verbs             tests/test_transport --transport verbs: the
+#                               transport interface driven directly
+#   transport-verbs-tiny        the same with 2 slots of 4 KiB
 #   bad-hca, bad-gid            a COLL_IB_HCA / COLL_IB_GID_INDEX that names
 #                               nothing fails init with COLL_TRANSPORTS=verbs,
 #                               and the message names the parameter
@@ -18,12 +21,12 @@
 # with the reason when the VM cannot be booted (no rxe-vm, not root, no qemu)
 # or the library was built without verbs.
 #
-#   test_verbs.sh COLLRUN TEST_SWEEP TEST_P2P TEST_KILL ALLREDUCE_PERF HAVE_VERBS
+#   test_verbs.sh COLLRUN TEST_SWEEP TEST_P2P TEST_KILL ALLREDUCE_PERF TEST_TRANSPORT HAVE_VERBS
 set -u
 
 if [ "${1:-}" = "--inside" ]; then
     shift
-    collrun=$1 sweep=$2 p2p=$3 kill=$4 perf=$5
+    collrun=$1 sweep=$2 p2p=$3 kill=$4 perf=$5 transport=$6
     logdir=$(mktemp -d /tmp/test_verbs.XXXXXX)
     export COLL_TRANSPORTS=verbs COLL_TIMEOUT_MS=60000
     unset COLL_ALGO COLL_IB_HCA COLL_IB_GID_INDEX COLL_IB_NSLOTS COLL_IB_SLOT_BYTES
@@ -88,6 +91,9 @@ if [ "${1:-}" = "--inside" ]; then
         "$collrun" -n 3 --timeout 300 "$sweep" --quick
     run p2p-verbs-n3 300 -- "$collrun" -n 3 --timeout 300 "$p2p"
     run kill-verbs 120 -- "$kill" --transport verbs
+    run transport-verbs 300 -- "$transport" --transport verbs
+    run transport-verbs-tiny 300 COLL_IB_SLOT_BYTES=4096 COLL_IB_NSLOTS=2 -- \
+        "$transport" --transport verbs
     must_fail bad-hca COLL_IB_HCA COLL_IB_HCA=nosuchdev
     must_fail bad-gid COLL_IB_GID_INDEX COLL_IB_GID_INDEX=77
     echo "verbs: $passed passed, $failed failed in $((SECONDS - t_all)) s${names:+ (failed:$names)}"
@@ -96,15 +102,15 @@ if [ "${1:-}" = "--inside" ]; then
     exit $?
 fi
 
-if [ $# -ne 6 ]; then
-    echo "usage: $0 COLLRUN TEST_SWEEP TEST_P2P TEST_KILL ALLREDUCE_PERF HAVE_VERBS" >&2
+if [ $# -ne 7 ]; then
+    echo "usage: $0 COLLRUN TEST_SWEEP TEST_P2P TEST_KILL ALLREDUCE_PERF TEST_TRANSPORT HAVE_VERBS" >&2
     exit 2
 fi
 skip() {
     echo "SKIP: $*"
     exit 77
 }
-[ "$6" = "true" ] || skip "libcollective was built without verbs (libibverbs-dev not found)"
+[ "$7" = "true" ] || skip "libcollective was built without verbs (libibverbs-dev not found)"
 src=${COLL_SOURCE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 vm=${RXE_VM:-}
 if [ -z "$vm" ]; then
@@ -120,7 +126,7 @@ fi
 abs() { (cd "$(dirname "$1")" && echo "$(pwd)/$(basename "$1")"); }
 self=$(abs "$0")
 bash "$vm" --timeout 900 -- bash "$self" --inside "$(abs "$1")" "$(abs "$2")" "$(abs "$3")" \
-    "$(abs "$4")" "$(abs "$5")"
+    "$(abs "$4")" "$(abs "$5")" "$(abs "$6")"
 rc=$?
 case $rc in
 125) skip "rxe-vm could not boot the VM or set up rxe0 (its message is above)" ;;

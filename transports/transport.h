@@ -5,7 +5,15 @@
  *
  * A transport sees the communicator only through struct coll_tp_env, and
  * includes this header and the base layer's (log, param, socket, alloc, wire
- * checks) only: the build gives transports/ no other include directory. */
+ * checks) only: the build gives transports/ no other include directory.
+ *
+ * What the core guarantees and expects besides the slots' own comments (checked
+ * for every transport by tests/test_transport.c): one thread at a time drives
+ * the connections of a context (only shutdown comes from another); one
+ * connection at a time is set up from a rank to a listener; a listen handle
+ * starts with the transport's magic, and connect and can_connect refuse bytes
+ * that are not a handle of theirs; wait_prepare may be given a stand-in request
+ * {conn} for a receive lent in place (recv_peek). */
 #ifndef COLL_TRANSPORT_H
 #define COLL_TRANSPORT_H
 

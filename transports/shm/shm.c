@@ -260,6 +260,12 @@ static collResult_t shm_connect(void *vctx, const void *handle, int peer,
     const struct coll_tp_env *env = ctx->env;
     struct shm_handle h;
     memcpy(&h, handle, sizeof(h));
+    /* Another transport's bytes, or garbage: refused before the name (which
+     * must end within the handle) is used as a socket address. */
+    if (h.magic != SHM_MAGIC || memchr(h.name, '\0', sizeof(h.name)) == NULL) {
+        coll_tp_error(env, "shm: rank %d published no usable shm handle", peer);
+        return collInternalError;
+    }
     size_t seg_bytes = shm_seg_bytes(ctx->nslots, ctx->slot_bytes);
     int mfd;
     void *seg;

@@ -103,7 +103,10 @@ static void tcp_fini(void *ctx)
 static collResult_t tcp_can_connect(void *ctx, const struct coll_rank_info *peer,
                                     const void *handle, bool *ok_p)
 {
-    *ok_p = true; /* IP reaches everywhere the bootstrap did */
+    /* IP reaches everywhere the bootstrap did, given a tcp handle to go to. */
+    struct tcp_handle h;
+    const char *why;
+    *ok_p = tcp_wire_handle(handle, COLL_TP_HANDLE_BYTES, &h, &why) == COLL_WIRE_OK;
     return collSuccess;
 }
 
