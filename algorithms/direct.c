@@ -41,7 +41,10 @@
 #include "pattern.h"
 #include "reduce.h"
 
-#define DIRECT_MAPS_MAX 64          /* peers' buffers mapped per comm */
+/* Peers' buffers mapped per comm: at least 64, and room for every peer's two
+ * buffers of one call, so that mapping the last peer's never evicts (unmaps) a
+ * buffer the same call is about to read (with 64 and more than 33 ranks it did). */
+#define DIRECT_MAPS_MIN 64
 #define DIRECT_CHUNK (64 * 1024)    /* bytes reduced from all inputs at a time */
 #define DIRECT_RETRY_AFTER 63       /* eligible calls skipped after a fallback */
 
@@ -59,8 +62,8 @@ struct coll_direct {
     bool on;                     /* every rank reaches every other over shm */
     bool forced;                 /* COLL_SHM_DIRECT_BYTES was set on some rank */
     size_t min_bytes;            /* from this size (agreed COLL_SHM_DIRECT_BYTES) */
-    struct direct_map maps[DIRECT_MAPS_MAX];
-    int nmaps;
+    struct direct_map *maps;     /* cap of them, nmaps used */
+    int nmaps, cap;
     uint64_t use;                /* clock for evicting the least recently used */
     int skip;                    /* eligible calls left to skip */
 };
@@ -88,6 +91,8 @@ static collResult_t direct_comm_init(struct coll_comm *comm)
     struct coll_direct *d;
     COLL_CHECK(coll_calloc(&d, 1));
     comm->direct = d;
+    d->cap = 2 * comm->nranks > DIRECT_MAPS_MIN ? 2 * comm->nranks : DIRECT_MAPS_MIN;
+    COLL_CHECK(coll_calloc(&d->maps, (size_t)d->cap));
     /* Every peer over shared memory, and the threshold: agreed (the largest), since
      * each rank sees only its own transports and environment and every rank must
      * take the same path for the same call. */
@@ -115,6 +120,7 @@ static void direct_comm_fini(struct coll_comm *comm)
         return;
     for (int i = 0; i < d->nmaps; i++)
         munmap(d->maps[i].base, d->maps[i].size);
+    free(d->maps);
     free(d);
     comm->direct = NULL;
 }
@@ -154,9 +160,9 @@ static char *direct_map_peer(struct coll_direct *d, int32_t pid, int32_t fd, uin
     if (base == MAP_FAILED)
         return NULL;
     int slot = d->nmaps;
-    if (slot == DIRECT_MAPS_MAX) { /* full: the least recently used goes */
+    if (slot == d->cap) { /* full: the least recently used goes, from an earlier call */
         slot = 0;
-        for (int i = 1; i < DIRECT_MAPS_MAX; i++)
+        for (int i = 1; i < d->cap; i++)
             if (maps[i].used < maps[slot].used)
                 slot = i;
         munmap(maps[slot].base, maps[slot].size);
