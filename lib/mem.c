@@ -44,7 +44,10 @@
 #include "reduce.h"
 
 #define MEM_NAME "libcollective-mem-"
-#define MEM_MAPS_MAX 64          /* peers' buffers mapped per comm */
+/* Peers' buffers mapped per comm: at least 64, and room for every peer's two
+ * buffers of one call, so that mapping the last peer's never evicts (unmaps) a
+ * buffer the same call is about to read (with more than 33 ranks it once did). */
+#define MEM_MAPS_MIN 64
 #define MEM_CHUNK (64 * 1024)    /* bytes reduced from all inputs at a time */
 #define MEM_RETRY_AFTER 63       /* eligible calls skipped after a fallback */
 
@@ -231,6 +234,11 @@ void coll_mem_comm_free(struct coll_comm *comm)
 
 /* The peer's region (pid, fd, id) mapped here, at least `need` bytes; NULL when it
  * cannot be (another pid namespace, no permission, or the fd is no longer it). */
+static int mem_maps_cap(const struct coll_comm *comm)
+{
+    return 2 * comm->nranks > MEM_MAPS_MIN ? 2 * comm->nranks : MEM_MAPS_MIN;
+}
+
 static char *mem_map_peer(struct coll_comm *comm, int32_t pid, int32_t fd, uint64_t id,
                           size_t need)
 {
@@ -264,16 +272,16 @@ static char *mem_map_peer(struct coll_comm *comm, int32_t pid, int32_t fd, uint6
     if (base == MAP_FAILED)
         return NULL;
     if (maps == NULL) {
-        if (coll_calloc(&comm->mem_maps, MEM_MAPS_MAX) != collSuccess) {
+        if (coll_calloc(&comm->mem_maps, (size_t)mem_maps_cap(comm)) != collSuccess) {
             munmap(base, size);
             return NULL;
         }
         maps = comm->mem_maps;
     }
-    int slot = comm->nmem_maps;
-    if (slot == MEM_MAPS_MAX) { /* full: the least recently used goes */
+    int slot = comm->nmem_maps, cap = mem_maps_cap(comm);
+    if (slot == cap) { /* full: the least recently used goes, from an earlier call */
         slot = 0;
-        for (int i = 1; i < MEM_MAPS_MAX; i++)
+        for (int i = 1; i < cap; i++)
             if (maps[i].used < maps[slot].used)
                 slot = i;
         munmap(maps[slot].base, maps[slot].size);
