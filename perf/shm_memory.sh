@@ -55,8 +55,8 @@ sample() {
     maps=$(wc -l <"$tmp/maps")
     # distinct segments, by inode; a size from its address range
     local -A seg=()
-    local range perms off dev inode rest
-    while read -r range perms off dev inode rest; do
+    local range inode rest
+    while read -r range _ _ _ inode rest; do
         seg[$inode]=$(((16#${range#*-} - 16#${range%-*}) / 1024))
     done <"$tmp/maps"
     for p in "${seg[@]}"; do
