@@ -70,7 +70,9 @@ printf '# all-to-all, %d B per peer, %s\n' "$per_peer" \
 printf '%6s %10s %7s %13s %10s  %s\n' ranks "rings MiB" maps "RssShmem MiB" "VmHWM MiB" ring
 for n in $counts; do
     bytes=$((per_peer * n))
-    args=(-b "$bytes" -e "$bytes" -c 1 -n 20 -w 2 -T 120)
+    # long enough for the 0.1 s samples to see every ring made
+    iters=$((4000 / n > 20 ? 4000 / n : 20))
+    args=(-b "$bytes" -e "$bytes" -c 1 -n "$iters" -w 2 -T 120)
     if [ $procs = 1 ]; then
         COLL_DEBUG=INFO COLL_DEBUG_SUBSYS=SHM "$collrun" -n "$n" --timeout 600 "$a2a" "${args[@]}" \
             >"$tmp/out" 2>"$tmp/err" &
