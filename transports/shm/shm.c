@@ -42,6 +42,9 @@
  * its own and a swap of a live segment under both ranks, for little gain where
  * many ranks already split the memory bandwidth.  The floor times L (L - 1)
  * exceeds the budget only beyond ~295 ranks on a host (WARN once per rank).
+ * The budget is a communicator's: communicators that share the host's ranks
+ * (a comm and the comms split from it) each carve their rings from one, which
+ * is why the default is half of the 2 GiB the library means to stay under.
  *
  * Waiting: the core spins on test() first.  Before it blocks it calls
  * wait_prepare(), which raises this side's sleep flag and looks once more; the
