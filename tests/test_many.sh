@@ -50,42 +50,56 @@ check() {
 a2a_small=(-b 96 -e 96K -f 32 -c 1 -n 3 -w 1 -T 20)
 naive=(-b 8 -e 64K -f 8 -c 1 -n 5 -w 1 -d float -o sum -T 20)
 
+# fits N: whether the hard RLIMIT_NOFILE holds the sockets of an all-to-all of N
+# threads, 2 N (N - 1), and each rank's few others.
+hard=$(ulimit -Hn)
+fits() {
+    [ "$hard" = unlimited ] || [ "$hard" -ge $((2 * $1 * ($1 - 1) + 8 * $1)) ]
+}
+
+# refused N: an all-to-all of N threads past the hard RLIMIT_NOFILE fails at once,
+# naming it.
+refused() {
+    local t0 rc=0 ms
+    t0=$(date +%s%3N)
+    "$A2A" -t "$1" -b $((1024 * $1)) -e $((1024 * $1)) -c 1 -n 1 -w 1 -T 20 >"$TMP/out" \
+        2>"$TMP/err" </dev/null || rc=$?
+    ms=$(($(date +%s%3N) - t0))
+    if [ $rc -ne 0 ] && [ $ms -lt 30000 ] && grep -q 'RLIMIT_NOFILE = ' "$TMP/err" &&
+       grep -q 'ulimit -Hn' "$TMP/err"; then
+        echo "ok:   alltoall, $1 threads, hard RLIMIT_NOFILE $hard: fails in $ms ms naming it"
+    else
+        echo "FAIL: alltoall, $1 threads, hard RLIMIT_NOFILE $hard: exit $rc after $ms ms," \
+             "no error naming RLIMIT_NOFILE"
+        grep -v 'flight' "$TMP/err" | head -n 5 | cut -c1-400 | sed 's/^/    err| /'
+        failures=$((failures + 1))
+    fi
+}
+
 if [ "$MODE" = quick ]; then
-    check "alltoall, 96 threads, 0-1 KiB per peer" "$A2A" -t 96 "${a2a_small[@]}"
-    check "alltoall, 96 threads, 0-1 KiB per peer, every wait blocking" \
-        env COLL_SPIN_US=0 "$A2A" -t 96 "${a2a_small[@]}"
-    # 96 threads hold ~18 500 descriptors: init raises a soft limit of 1024 to the hard one.
-    if [ "$(ulimit -Hn)" = unlimited ] || [ "$(ulimit -Hn)" -ge 20000 ]; then
+    # 96 threads hold ~18 500 descriptors, 128 threads ~33 000: where the hard limit
+    # is lower, the call must fail at once naming it.
+    if fits 96; then
+        check "alltoall, 96 threads, 0-1 KiB per peer" "$A2A" -t 96 "${a2a_small[@]}"
+        check "alltoall, 96 threads, 0-1 KiB per peer, every wait blocking" \
+            env COLL_SPIN_US=0 "$A2A" -t 96 "${a2a_small[@]}"
+        # init raises a soft limit of 1024 to the hard one
         check "alltoall, 96 threads, soft RLIMIT_NOFILE 1024 (raised by init)" \
             bash -c 'ulimit -Sn 1024 && exec "$@"' _ "$A2A" -t 96 "${a2a_small[@]}"
+    else
+        refused 96
     fi
+    if fits 128; then
+        check "alltoall, 128 threads, 0-1 KiB per peer" \
+            "$A2A" -t 128 -b 128 -e 128K -f 32 -c 1 -n 2 -w 1 -T 20
+    else
+        refused 128
+    fi
+    # The star needs a socket per peer at the root only.
     check "naive allreduce, 96 threads, every wait blocking" \
         env COLL_SPIN_US=0 COLL_ALGO=naive "$AR" -t 96 "${naive[@]}"
     check "naive allreduce, 128 threads, every wait blocking" \
         env COLL_SPIN_US=0 COLL_ALGO=naive "$AR" -t 128 "${naive[@]}"
-
-    # 128 threads in an all-to-all hold about 2 x 128 x 127 = 32 512 sockets:
-    # with a hard RLIMIT_NOFILE below that, the call must fail at once naming it.
-    hard=$(ulimit -Hn)
-    if [ "$hard" = unlimited ] || [ "$hard" -ge 34000 ]; then
-        check "alltoall, 128 threads, 0-1 KiB per peer" \
-            "$A2A" -t 128 -b 128 -e 128K -f 32 -c 1 -n 2 -w 1 -T 20
-    else
-        t0=$(date +%s%3N)
-        rc=0
-        "$A2A" -t 128 -b 128K -e 128K -c 1 -n 1 -w 1 -T 20 >"$TMP/out" 2>"$TMP/err" \
-            </dev/null || rc=$?
-        ms=$(($(date +%s%3N) - t0))
-        if [ $rc -ne 0 ] && [ $ms -lt 30000 ] && grep -q 'RLIMIT_NOFILE = ' "$TMP/err" &&
-           grep -q 'ulimit -Hn' "$TMP/err"; then
-            echo "ok:   alltoall, 128 threads, hard RLIMIT_NOFILE $hard: fails in $ms ms naming it"
-        else
-            echo "FAIL: alltoall, 128 threads, hard RLIMIT_NOFILE $hard: exit $rc after $ms ms," \
-                 "no error naming RLIMIT_NOFILE"
-            grep -v 'flight' "$TMP/err" | head -n 5 | cut -c1-400 | sed 's/^/    err| /'
-            failures=$((failures + 1))
-        fi
-    fi
 
     # The floor: with a 1 MiB budget, the 132 rings of 12 ranks get 7.9 KiB each,
     # less than the floor of 2 slots of 4 KiB (and a control page): every ring is
@@ -113,7 +127,11 @@ if [ "$MODE" = quick ]; then
     fi
 else
     a2a_big=(-b 96 -e 24M -f 4 -c 1 -n 1 -w 1 -T 60)
-    check "alltoall, 96 threads, 0-256 KiB per peer" "$A2A" -t 96 "${a2a_big[@]}"
+    if fits 96; then
+        check "alltoall, 96 threads, 0-256 KiB per peer" "$A2A" -t 96 "${a2a_big[@]}"
+    else
+        refused 96
+    fi
     check "alltoall, 96 processes, 0-256 KiB per peer" \
         "$COLLRUN" -n 96 --timeout 900 "$A2A" "${a2a_big[@]}"
     check "naive allreduce, 96 processes, every wait blocking" \
