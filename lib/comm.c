@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
@@ -279,6 +280,26 @@ static collResult_t comm_alloc(struct coll_comm **comm_p, int nranks, int rank,
     return collSuccess;
 }
 
+/* Every pair of ranks on a host that talks holds a socket per direction (shm),
+ * so a process running many ranks as threads needs tens of thousands of
+ * descriptors (128 ranks, all-to-all: 128 x 2 x 127), far above the usual soft
+ * limit of 1024.  As many libraries do, the soft limit is raised to the hard
+ * one, once per process; beyond that a connection fails naming RLIMIT_NOFILE. */
+static pthread_once_t comm_nofile_once = PTHREAD_ONCE_INIT;
+
+static void comm_raise_nofile(void)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= rl.rlim_max)
+        return;
+    rlim_t was = rl.rlim_cur;
+    rl.rlim_cur = rl.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0)
+        COLL_INFO(COLL_SUBSYS_INIT, "raised the open files limit (RLIMIT_NOFILE) from %llu to "
+                  "its hard limit %llu", (unsigned long long)was,
+                  (unsigned long long)rl.rlim_max);
+}
+
 /* Connects comm to its peers.  On failure the cause is in comm->last_error and
  * the comm is left for comm_free.  collCommAbort from another thread (setting
  * comm->aborting) ends every wait here within one poll slice. */
@@ -288,6 +309,7 @@ static collResult_t comm_setup(struct coll_comm *comm, const struct coll_id *id)
     coll_socket_set_cancel(&comm->aborting);
     coll_exec_begin(comm, "init");
     coll_log_set_rank(rank);
+    (void)pthread_once(&comm_nofile_once, comm_raise_nofile);
     collResult_t res;
     COLL_CHECK_GOTO(coll_calloc(&comm->peers, (size_t)nranks), res, out);
     for (int k = 0; k < nranks; k++)

@@ -2,13 +2,14 @@
  * when a whole pass moves nothing it calls coll_exec_idle, which decides how to
  * wait: spin (lowest latency, when each rank has a core), spin while yielding
  * the core (more ranks than cores), then block in poll() on the descriptors of
- * the pending requests, in slices of at most 100 ms so that abort and the
- * deadline are noticed.  No wait is unbounded. */
+ * the pending requests (all of them, however many), in slices of at most 100 ms
+ * so that abort and the deadline are noticed.  No wait is unbounded. */
 #include "exec.h"
 
 #include <poll.h>
 #include <sched.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -149,6 +150,7 @@ collResult_t coll_exec_test(struct coll_comm *comm, struct coll_req **r_p, bool 
 }
 
 #define EXEC_SPIN_MAX_BYTES (32 * 1024)
+#define EXEC_POLL_STACK 64 /* descriptors a wait polls without allocating */
 
 void coll_exec_wait_init(const struct coll_comm *comm, struct coll_wait *w, size_t bytes)
 {
@@ -265,24 +267,46 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
             sched_yield();
         return collSuccess;
     }
-    /* Block until a descriptor is ready, the deadline or a 100 ms tick. */
-    struct pollfd pfds[64 + 2];
+    /* Block until a descriptor is ready, the deadline or a 100 ms tick.  Every
+     * pending request's descriptors are watched: a few fit on the stack, more
+     * (an all-to-all or a star's root with many peers) take a heap set for this
+     * one wait; a wait that blocks pays a system call anyway.  Without room for
+     * them all, the wait sleeps 1 ms at most, so the rest are tested soon. */
+    struct pollfd stack[EXEC_POLL_STACK + 2], *pfds = stack;
+    size_t want = 0;
+    for (int i = 0; i < nreqs; i++)
+        if (reqs[i] != NULL)
+            want += (size_t)reqs[i]->conn->nfds;
+    size_t cap = EXEC_POLL_STACK;
+    if (want > cap) {
+        struct pollfd *heap = malloc((want + 2) * sizeof(*heap));
+        if (heap != NULL) {
+            pfds = heap;
+            cap = want;
+        }
+    }
     nfds_t n = 0;
+    collResult_t res = collSuccess;
     for (int i = 0; i < nreqs; i++) {
         const struct coll_conn *c = reqs[i] ? reqs[i]->conn : NULL;
         if (c == NULL)
             continue;
         if (c->tp->wait_prepare != NULL && c->tp->wait_prepare(reqs[i]))
-            return collSuccess; /* it can move now: test again */
+            goto out; /* it can move now: test again */
         /* The peer waited for shows in the flight record even when nothing was
          * posted to it (a zero-copy receive peeks instead of posting). */
         coll_flight_posted(comm, c, 0);
         short ev = c->is_send && !c->poll_in ? POLLOUT : POLLIN;
-        for (int k = 0; k < c->nfds && n < 64; k++)
+        for (int k = 0; k < c->nfds && n < cap; k++)
             pfds[n++] = (struct pollfd){.fd = c->fds[k], .events = ev};
     }
     int nn = coll_bootstrap_notice_fds(comm, pfds + n);
     int64_t ms = (comm->deadline_ns - now) / 1000000 + 1;
-    (void)poll(pfds, n + (nfds_t)nn, ms > 100 ? 100 : (int)ms);
-    return coll_bootstrap_notice_check(comm, pfds + n, nn);
+    int tick = n < want ? 1 : 100;
+    (void)poll(pfds, n + (nfds_t)nn, ms > tick ? tick : (int)ms);
+    res = coll_bootstrap_notice_check(comm, pfds + n, nn);
+out:
+    if (pfds != stack)
+        free(pfds);
+    return res;
 }

@@ -79,6 +79,11 @@ static inline const struct coll_rank_info *coll_tp_peer(const struct coll_tp_env
     return env->peer(env->owner, rank);
 }
 
+static inline int coll_tp_local_ranks(const struct coll_tp_env *env)
+{
+    return env->local_ranks(env->owner);
+}
+
 static inline int64_t coll_tp_deadline(const struct coll_tp_env *env)
 {
     return env->deadline(env->owner);

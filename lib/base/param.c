@@ -71,6 +71,10 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                                    "multiple of 64); 0: 256 KiB"},
     [COLL_PARAM_SHM_NSLOTS] = {"COLL_SHM_NSLOTS", COLL_PARAM_TYPE_INT, "0",
                                "slots per shared-memory ring (2-64); 0: 16"},
+    [COLL_PARAM_SHM_BUDGET_MB] = {"COLL_SHM_BUDGET_MB", COLL_PARAM_TYPE_INT, "1024",
+                                  "MiB of shared memory the rings of all pairs of ranks on a "
+                                  "host may take together (each ring shrinks to its share of "
+                                  "it, never below 2 slots of 4 KiB); 0: no budget"},
     [COLL_PARAM_SHM_DIRECT_BYTES] = {"COLL_SHM_DIRECT_BYTES", COLL_PARAM_TYPE_SIZE, "262144",
                                      "the direct allreduce on collMemAlloc buffers can run "
                                      "from this many bytes (set: is taken from there); -1: "

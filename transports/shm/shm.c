@@ -21,6 +21,31 @@
  * then on the memory is only mapped: when both processes are gone, so is the
  * segment, whatever killed them.
  *
+ * Ring size: a per-host budget (COLL_SHM_BUDGET_MB, 1 GiB) that every ring
+ * on the host is carved from.  The sender sizes a ring when it makes its first
+ * segment, from the host's rank count L: in the worst case (an all-to-all, a
+ * naive star) all L (L - 1) directed pairs talk, so each ring gets at most
+ * budget / (L (L - 1)).  When the configured ring (COLL_SHM_NSLOTS x
+ * COLL_SHM_SLOT_BYTES, 16 x 256 KiB) fits that share it is used as it is: with
+ * the default budget, up to 16 ranks on a host (240 rings of 4 MiB, 961 MiB)
+ * see no change.  Beyond, the ring keeps its slot size with fewer slots down to
+ * 4, then keeps 4 slots that shrink (multiples of 4 KiB), and at last goes down
+ * to the floor of 2 slots of 4 KiB, which still moves any message (a message
+ * streams through the ring fragment by fragment; only the pipelining ahead of
+ * the receiver shrinks).  96 ranks: 4 x 24 KiB; 128 ranks: 4 x 12 KiB.  The
+ * sizes are a pure function of L, the budget and the two parameters, so no
+ * rank needs to agree with another (the receiver takes the geometry the hello
+ * gives), and nothing is shared between processes to count usage.  Pairs that
+ * never talk cost nothing (segments are made on first use), so the budget is a
+ * bound, not what a ring or a tree uses.  Growing rings when large messages
+ * flow was the alternative: it would need a host-wide counter in a segment of
+ * its own and a swap of a live segment under both ranks, for little gain where
+ * many ranks already split the memory bandwidth.  The floor times L (L - 1)
+ * exceeds the budget only beyond ~295 ranks on a host (WARN once per rank).
+ * The budget is a communicator's: communicators that share the host's ranks
+ * (a comm and the comms split from it) each carve their rings from one, which
+ * is why the default is half of the 2 GiB the library means to stay under.
+ *
  * Waiting: the core spins on test() first.  Before it blocks it calls
  * wait_prepare(), which raises this side's sleep flag and looks once more; the
  * other side, after moving a counter, clears a raised flag and writes one byte
@@ -38,6 +63,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -53,7 +79,10 @@
 #define SHM_MAX_SLOTS 64
 #define SHM_REQ_CAP 128
 #define SHM_CACHELINE 64
-#define SHM_MAX_PENDING 64
+#define SHM_MIN_PENDING 64
+#define SHM_FLOOR_SLOTS 2
+#define SHM_FLOOR_SLOT_BYTES 4096
+#define SHM_CTRL_BYTES ((sizeof(struct shm_ctrl) + 4095) & ~(size_t)4095)
 
 struct shm_handle {
     uint32_t magic;
@@ -84,7 +113,9 @@ struct shm_ctrl {
 struct shm_ctx {
     const struct coll_tp_env *env;
     uint64_t netns;
-    uint32_t nslots, slot_bytes;
+    uint32_t nslots, slot_bytes; /* the ring of every send segment (shm_size_ring) */
+    int64_t budget_mb;           /* COLL_SHM_BUDGET_MB; 0: none */
+    bool sized;                  /* nslots and slot_bytes fitted to the budget */
 };
 
 struct shm_req {
@@ -121,8 +152,8 @@ struct shm_listener {
     struct coll_conn base;
     struct shm_ctx *ctx;
     int lfd;
-    struct shm_pending pend[SHM_MAX_PENDING];
-    int npend;
+    struct shm_pending *pend; /* accepted, hello not read yet */
+    int npend, pend_cap;
 };
 
 static uint64_t shm_netns(void)
@@ -154,6 +185,12 @@ static collResult_t shm_init(const struct coll_tp_env *env, void **ctx_p)
     }
     ctx->nslots = nslots ? (uint32_t)nslots : 16;
     ctx->slot_bytes = slot ? (uint32_t)slot : 256 * 1024;
+    ctx->budget_mb = coll_param_int(COLL_PARAM_SHM_BUDGET_MB);
+    if (ctx->budget_mb < 0 || ctx->budget_mb > (INT64_C(1) << 30)) {
+        COLL_WARN("COLL_SHM_BUDGET_MB=%lld is outside 0-2^30; using 1024",
+                  (long long)ctx->budget_mb);
+        ctx->budget_mb = 1024;
+    }
     *ctx_p = ctx;
     return collSuccess;
 }
@@ -220,16 +257,66 @@ static collResult_t shm_listen(void *vctx, void *handle, struct coll_conn **lis_
     lis->base.nfds = 1;
     lis->base.fds[0] = fd;
     memcpy(handle, &h, sizeof(h));
-    COLL_INFO(COLL_SUBSYS_SHM, "listening on @%s, %u slots of %u KiB per peer", h.name,
-              ctx->nslots, ctx->slot_bytes / 1024);
+    COLL_INFO(COLL_SUBSYS_SHM, "listening on @%s", h.name);
     *lis_p = &lis->base;
     return collSuccess;
 }
 
 static size_t shm_seg_bytes(uint32_t nslots, uint32_t slot_bytes)
 {
-    size_t ctrl = (sizeof(struct shm_ctrl) + 4095) & ~(size_t)4095;
-    return ctrl + (size_t)nslots * slot_bytes;
+    return SHM_CTRL_BYTES + (size_t)nslots * slot_bytes;
+}
+
+/* Fits the ring of this rank's send segments to its share of the host's budget
+ * (see the top of the file), once the host's rank count is known. */
+static void shm_size_ring(struct shm_ctx *ctx)
+{
+    if (ctx->sized)
+        return;
+    ctx->sized = true;
+    int local = coll_tp_local_ranks(ctx->env) > 2 ? coll_tp_local_ranks(ctx->env) : 2;
+    uint64_t pairs = (uint64_t)local * (uint64_t)(local - 1);
+    uint32_t n = ctx->nslots, s = ctx->slot_bytes;
+    uint64_t full = shm_seg_bytes(n, s);
+    uint64_t share = ctx->budget_mb > 0 ? ((uint64_t)ctx->budget_mb << 20) / pairs : UINT64_MAX;
+    if (full > share) {
+        uint64_t room = share > SHM_CTRL_BYTES ? share - SHM_CTRL_BYTES : 0;
+        uint32_t few = n < 4 ? n : 4; /* fewest slots before slots shrink */
+        if (room / s >= few) {
+            n = (uint32_t)(room / s); /* fewer slots of the same size */
+        } else if (room / few >= 2 * SHM_FLOOR_SLOT_BYTES) {
+            n = few;
+            s = (uint32_t)((room / few) & ~(uint64_t)(SHM_FLOOR_SLOT_BYTES - 1));
+        } else {
+            s = SHM_FLOOR_SLOT_BYTES;
+            n = room / s < SHM_FLOOR_SLOTS ? SHM_FLOOR_SLOTS : (uint32_t)(room / s);
+            if (n > few)
+                n = few;
+        }
+        if (shm_seg_bytes(n, s) > share)
+            COLL_WARN("shm: COLL_SHM_BUDGET_MB=%lld cannot hold a ring for each of the %llu "
+                      "pairs of the %d ranks on this host; each takes the floor of %u slots of "
+                      "%u KiB (%llu MiB if every pair talks)", (long long)ctx->budget_mb,
+                      (unsigned long long)pairs, local, n, s / 1024,
+                      (unsigned long long)((shm_seg_bytes(n, s) * pairs) >> 20));
+        ctx->nslots = n;
+        ctx->slot_bytes = s;
+    }
+    COLL_INFO(COLL_SUBSYS_SHM, "%d rank(s) on this host, budget %lld MiB: rings of %u slots of "
+              "%u KiB per peer%s", local, (long long)ctx->budget_mb, ctx->nslots,
+              ctx->slot_bytes / 1024, full > share ? " (shrunk to the budget's share)" : "");
+}
+
+/* For a failure for want of descriptors, what to do about it; "" otherwise. */
+static const char *shm_nofile_hint(int err, char *buf, size_t len)
+{
+    struct rlimit rl;
+    if (err != EMFILE || getrlimit(RLIMIT_NOFILE, &rl) != 0)
+        return "";
+    snprintf(buf, len, " (this process has used up its open files limit, RLIMIT_NOFILE = "
+             "%llu: every pair of ranks on a host that talks holds a descriptor per "
+             "direction; raise the hard limit, ulimit -Hn)", (unsigned long long)rl.rlim_cur);
+    return buf;
 }
 
 static collResult_t shm_conn_new(struct shm_ctx *ctx, int peer, bool is_send, int fd, void *seg,
@@ -241,7 +328,7 @@ static collResult_t shm_conn_new(struct shm_ctx *ctx, int peer, bool is_send, in
     c->ctrl = seg;
     c->nslots = c->ctrl->nslots;
     c->slot_bytes = c->ctrl->slot_bytes;
-    c->slots = (char *)seg + ((sizeof(struct shm_ctrl) + 4095) & ~(size_t)4095);
+    c->slots = (char *)seg + SHM_CTRL_BYTES;
     c->seg_bytes = seg_bytes;
     c->base.tp = &coll_shm_transport;
     c->base.peer = peer;
@@ -266,19 +353,22 @@ static collResult_t shm_connect(void *vctx, const void *handle, int peer,
         coll_tp_error(env, "shm: rank %d published no usable shm handle", peer);
         return collInternalError;
     }
+    shm_size_ring(ctx);
     size_t seg_bytes = shm_seg_bytes(ctx->nslots, ctx->slot_bytes);
     int mfd;
     void *seg;
     const char *step;
     int err = coll_memfd_map("libcollective-shm", seg_bytes, &mfd, &seg, &step);
+    char hint[256];
     if (err != 0) {
         if (strcmp(step, "reserve") == 0)
             coll_tp_error(env, "shm: cannot reserve %zu bytes of shared memory (memfd, the "
                            "same memory as /dev/shm) for rank %d: %s", seg_bytes, peer,
                            strerror(err));
         else
-            coll_tp_error(env, "shm: %s of %zu bytes for rank %d failed: %s", step,
-                           seg_bytes, peer, strerror(err));
+            coll_tp_error(env, "shm: %s of %zu bytes for rank %d failed: %s%s", step,
+                           seg_bytes, peer, strerror(err),
+                           shm_nofile_hint(err, hint, sizeof(hint)));
         return collSystemError;
     }
     struct shm_ctrl *ctrl = seg;
@@ -290,8 +380,9 @@ static collResult_t shm_connect(void *vctx, const void *handle, int peer,
     socklen_t len = shm_sockaddr(h.name, &sa);
     collResult_t res = collSuccess;
     if (fd < 0 || connect(fd, (struct sockaddr *)&sa, len) != 0) {
-        coll_tp_error(env, "shm: cannot connect to rank %d at @%s: %s", peer, h.name,
-                       strerror(errno));
+        err = errno;
+        coll_tp_error(env, "shm: cannot connect to rank %d at @%s: %s%s", peer, h.name,
+                       strerror(err), shm_nofile_hint(err, hint, sizeof(hint)));
         res = collRemoteError;
     } else {
         struct shm_hello hello = {.magic = SHM_MAGIC, .rank = env->rank,
@@ -342,7 +433,8 @@ static void shm_listener_update_fds(struct shm_listener *lis)
 }
 
 /* Reads a hello from fd.  Returns 1 with a mapped segment, 0 when nothing has
- * arrived yet, -1 when the socket is to be dropped. */
+ * arrived yet, -1 when the socket is to be dropped, -2 when the memfd could not
+ * be received for want of descriptors (the hello was whole, its fd was not). */
 static int shm_read_hello(struct shm_listener *lis, int fd, int *rank_p, void **seg_p,
                           size_t *bytes_p)
 {
@@ -363,6 +455,9 @@ static int shm_read_hello(struct shm_listener *lis, int fd, int *rank_p, void **
         if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
             cm->cmsg_len == CMSG_LEN(sizeof(int)))
             memcpy(&mfd, CMSG_DATA(cm), sizeof(int));
+    if (r == (ssize_t)sizeof(hello) && (msg.msg_flags & MSG_CTRUNC) && mfd < 0 &&
+        hello.magic == SHM_MAGIC && memcmp(hello.secret, env->secret, COLL_SECRET_BYTES) == 0)
+        return -2; /* the kernel drops a passed descriptor it cannot install */
     bool ok = r == (ssize_t)sizeof(hello) && !(msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) &&
               mfd >= 0 && hello.magic == SHM_MAGIC &&
               memcmp(hello.secret, env->secret, COLL_SECRET_BYTES) == 0 && hello.rank >= 0 &&
@@ -403,11 +498,31 @@ static collResult_t shm_accept(struct coll_conn *lbase, struct coll_conn **conn_
 {
     struct shm_listener *lis = coll_container_of(lbase, struct shm_listener, base);
     *conn_p = NULL;
+    const struct coll_tp_env *env = lis->ctx->env;
+    char hint[256];
+    /* Room for a hello from every rank at once (a star's root, an all-to-all):
+     * a connection dropped here fails its sender.  Past that, strangers go. */
+    int most = 2 * env->nranks > SHM_MIN_PENDING ? 2 * env->nranks : SHM_MIN_PENDING;
     for (;;) {
         int fd = accept4(lis->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-        if (fd < 0)
+        if (fd < 0) {
+            if (errno == EMFILE || errno == ENFILE) {
+                int err = errno;
+                coll_tp_error(env, "shm: cannot accept a peer's connection: %s%s",
+                               strerror(err), shm_nofile_hint(err, hint, sizeof(hint)));
+                return collSystemError;
+            }
             break;
-        if (lis->npend == SHM_MAX_PENDING) {
+        }
+        if (lis->npend == lis->pend_cap && lis->pend_cap < most) {
+            int cap = lis->pend_cap ? 2 * lis->pend_cap : 16;
+            struct shm_pending *p = realloc(lis->pend, (size_t)cap * sizeof(*p));
+            if (p != NULL) {
+                lis->pend = p;
+                lis->pend_cap = cap;
+            }
+        }
+        if (lis->npend == lis->pend_cap) {
             close(fd);
             continue;
         }
@@ -420,6 +535,11 @@ static collResult_t shm_accept(struct coll_conn *lbase, struct coll_conn **conn_
         int got = shm_read_hello(lis, fd, &rank, &seg, &bytes);
         if (got == 0)
             continue;
+        if (got == -2) {
+            coll_tp_error(env, "shm: cannot receive a peer's segment: %s%s",
+                           strerror(EMFILE), shm_nofile_hint(EMFILE, hint, sizeof(hint)));
+            return collSystemError;
+        }
         lis->pend[i] = lis->pend[--lis->npend];
         if (got < 0) {
             close(fd);
@@ -700,6 +820,7 @@ static collResult_t shm_close(struct coll_conn *base)
         close(lis->lfd);
         for (int i = 0; i < lis->npend; i++)
             close(lis->pend[i].fd);
+        free(lis->pend);
         free(lis);
         return collSuccess;
     }
