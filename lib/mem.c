@@ -35,29 +35,6 @@ static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mem_region *mem_regions;
 static uint64_t mem_next_id = 1;
 
-int coll_memfd_map(const char *name, size_t bytes, int *fd_p, void **base_p,
-                   const char **step_p)
-{
-    *step_p = "memfd_create";
-    int fd = memfd_create(name, MFD_CLOEXEC);
-    if (fd < 0)
-        return errno;
-    *step_p = "reserve";
-    int err = posix_fallocate(fd, 0, (off_t)bytes);
-    if (err == 0) {
-        *step_p = "mmap";
-        void *base = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (base != MAP_FAILED) {
-            *fd_p = fd;
-            *base_p = base;
-            return 0;
-        }
-        err = errno;
-    }
-    close(fd);
-    return err;
-}
-
 COLL_API collResult_t collMemAlloc(void **ptr, size_t size)
 {
     if (ptr == NULL) {

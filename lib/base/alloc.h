@@ -22,7 +22,7 @@ static inline collResult_t coll_calloc_at(void **ptr_p, size_t n, size_t size, c
     return collSuccess;
 }
 
-/* Shared memory (lib/mem.c): a memfd called name of `bytes`, its pages reserved
+/* Shared memory (lib/base/memfd.c): a memfd called name of `bytes`, its pages reserved
  * now (a full tmpfs is an error here, not a SIGBUS later) and mapped shared,
  * read-write.  Returns 0, or the errno of the step that failed, named in *step_p:
  * "memfd_create", "reserve" or "mmap". */
