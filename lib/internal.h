@@ -110,6 +110,10 @@ struct coll_comm {
     uint64_t mem_use;                    /* clock for evicting the least recently used */
     int mem_skip;                        /* eligible calls left to skip (mem.c) */
 
+    /* Registrations with transports that need them (regcache.c), made on first
+     * use; freed before the transports. */
+    struct coll_regcache *regcache;
+
     struct coll_async *async;      /* progress thread for calls on streams (stream.c) */
     atomic_int async_pending;      /* calls queued there and not yet done */
 

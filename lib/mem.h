@@ -3,9 +3,19 @@
 #define COLL_MEM_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "algo.h"
 #include "internal.h"
+
+/* The collMemAlloc region holding [p, p+len): its base, size and id (unique in
+ * the process, never reused: memory freed and allocated again at the same address
+ * is another id).  False when [p, p+len) is not inside one region. */
+bool coll_mem_region(const void *p, size_t len, char **base_p, size_t *size_p, uint64_t *id_p);
+/* Whether the region with this id is still allocated. */
+bool coll_mem_live(uint64_t id);
+/* How many regions collMemFree has freed so far (any thread). */
+uint64_t coll_mem_frees(void);
 
 /* At init, once the transports are up: whether every rank reaches every other over
  * shared memory (agreed by all ranks), which the direct allreduce needs. */
