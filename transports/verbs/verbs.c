@@ -39,11 +39,13 @@
  *
  *   sender                                    receiver
  *   slot s <- {rkey, addr, len}, imm RTS ---> its receive has a handle that
- *   stage nothing after it                      covers len bytes: RDMA READ
- *                                               addr..+len -> the user's buffer
+ *   stage nothing after it yet                  covers len bytes: release slot
+ *   credit > s without NAK: accepted;    <---   s, credit at once, and RDMA READ
+ *     go on staging and announcing              addr..+len -> the user's buffer
  *                                               (chunks of the port's largest
- *                                               message), wait for them
- *   credit > s without NAK: send done    <--- release slot s, credit at once
+ *                                               message)
+ *   DONE count: the oldest accepted      <--- reads complete: a credit with
+ *     sends are done                            DONE += 1, at once
  *                                             else (no handle, too short, or a
  *                                               zero-copy receive): release s,
  *   credit > s with NAK: stage the       <---   credit with NAK at once, and
@@ -52,11 +54,14 @@
  * Such a send completes only once the receiver has read it, so it waits for
  * the receiver's receive (as large messages do in NCCL); a pair of ranks that
  * each finish a send before posting their receive deadlock with registered
- * buffers where the slots would have held the bytes.  Only one announcement
- * is outstanding per connection: nothing is staged behind it.  The
- * announcement is checked like any peer bytes (verbs_wire_rts); what the
- * receiver reads is bounded by its own receive.  A registered send buffer is
- * readable by the peers for as long as the registration lives.
+ * buffers where the slots would have held the bytes.  Nothing is staged
+ * behind an announcement until the receiver has accepted or declined it (a
+ * declined message's bytes must come next); an accepted one is released at
+ * once, so the next announcement waits in the ring while the reads run.  The
+ * announcement and the DONE counts are checked like any peer bytes
+ * (verbs_wire_rts; no more DONEs than accepted sends); what the receiver reads
+ * is bounded by its own receive.  A registered send buffer is readable by the
+ * peers for as long as the registration lives.
  *
  * Connection set-up goes over a small TCP side channel per communicator: the
  * listen handle holds its address.  connect() creates the queue pair, sends
@@ -112,7 +117,7 @@ struct verbs_ctx {
     struct verbs_listener *lis; /* for set-ups answered while waiting on other work */
 };
 
-enum verbs_rdv { RDV_NONE, RDV_WANT, RDV_ANNOUNCED, RDV_READING };
+enum verbs_rdv { RDV_NONE, RDV_WANT, RDV_ANNOUNCED, RDV_ACCEPTED, RDV_READING };
 
 struct verbs_req {
     struct coll_req base;
@@ -123,10 +128,12 @@ struct verbs_req {
     bool reported;
     struct ibv_mr *mr; /* the buffer's registration, NULL: none */
     /* Rendezvous.  Sender: WANT until announced in slot rts_slot, then
-     * ANNOUNCED until the receiver releases it (done, or NONE again on a NAK:
-     * staged as usual).  Receiver: READING while its reads are out. */
+     * ANNOUNCED until the receiver releases it: ACCEPTED (the rdv_seq-th) until
+     * its DONE comes, or NONE again on a NAK (staged as usual).  Receiver:
+     * READING while its reads are out. */
     enum verbs_rdv rdv;
     uint64_t rts_slot;
+    uint64_t rdv_seq;
     struct verbs_rts rts;  /* receiver: what is being read */
     size_t read_posted;    /* receiver: bytes of it posted as reads */
 };
@@ -159,12 +166,15 @@ struct verbs_conn {
     uint64_t posted;               /* slots written (posted) */
     uint64_t credit;               /* slots the receiver has released */
     bool nak;                      /* the receiver declined the announced message */
+    uint64_t rdv_accepted;         /* announced sends the receiver took */
+    uint64_t rdv_done;             /* ... and has finished reading (DONE counts) */
     /* receiver */
     uint64_t arrived;              /* slots whose immediate has come */
     uint64_t next;                 /* slots released */
     uint64_t credit_sent;          /* `next` as last written to the sender */
     bool nak_owed;                 /* the next credit carries VERBS_IMM_NAK */
-    bool credit_now;               /* write the next credit at once (a rendezvous ended) */
+    bool credit_now;               /* write the next credit at once (a rendezvous moved) */
+    uint32_t done_owed;            /* finished reads not yet counted to the sender */
     uint32_t reads_out;            /* rendezvous reads posted and not completed */
     size_t slot_off;               /* bytes of slot `next` already read */
     size_t peeked;
@@ -664,6 +674,7 @@ static bool verbs_poll(struct verbs_conn *c, bool *moved_p)
                 c->credit += (imm - (uint32_t)c->credit) & VERBS_IMM_COUNT;
                 if (imm & VERBS_IMM_NAK)
                     c->nak = true;
+                c->rdv_done += (imm >> VERBS_IMM_DONE_SHIFT) & VERBS_IMM_DONE_MAX;
             } else {
                 uint32_t flen = imm & ~VERBS_IMM_RTS;
                 bool rts = (imm & VERBS_IMM_RTS) != 0;
@@ -816,16 +827,25 @@ static bool verbs_progress_send(struct verbs_conn *c)
         }
         if (r->rdv == RDV_ANNOUNCED) {
             if (c->credit <= r->rts_slot)
-                break; /* nothing is staged behind an announcement */
+                break; /* nothing is staged behind an open announcement */
             moved = true;
-            r->rdv = RDV_NONE;
-            if (!c->nak) { /* read by the receiver: done */
+            if (!c->nak) { /* the receiver reads it */
+                r->rdv = RDV_ACCEPTED;
+                r->rdv_seq = c->rdv_accepted++;
+            } else {
+                r->rdv = RDV_NONE;
+                c->ctx->rdv_refused++;
+            }
+        }
+        if (r->rdv == RDV_ACCEPTED) {
+            if (c->rdv_done > r->rdv_seq) { /* read: done */
+                r->rdv = RDV_NONE;
                 r->done_bytes = r->size;
                 r->end = r->rts_slot + 1;
                 c->ctx->rdv_sent++;
-                continue;
+                moved = true;
             }
-            c->ctx->rdv_refused++;
+            continue;
         }
         while (r->done_bytes < r->size && c->filled - c->credit < c->nslots) {
             size_t k = r->size - r->done_bytes;
@@ -843,6 +863,17 @@ static bool verbs_progress_send(struct verbs_conn *c)
             break;
         if (r->end == 0)
             r->end = c->filled;
+    }
+    /* Every announcement the credits passed was resolved above (none sits
+     * behind a request still staging): more DONEs than accepted sends are the
+     * peer's error. */
+    if (c->rdv_done > c->rdv_accepted) {
+        snprintf(c->err, sizeof(c->err), "rank counted %llu rendezvous reads done of %llu "
+                 "accepted", (unsigned long long)c->rdv_done,
+                 (unsigned long long)c->rdv_accepted);
+        c->base.err_text = c->err;
+        c->failed = collRemoteError;
+        return false;
     }
     while (c->up && c->posted < c->filled && c->sq_out < c->send_depth) {
         uint32_t s = (uint32_t)(c->posted % c->nslots);
@@ -862,15 +893,19 @@ static bool verbs_return_credit(struct verbs_conn *c, bool always)
 {
     uint64_t owed = c->next - c->credit_sent;
     always = always || c->credit_now;
-    if (owed == 0 || (!always && owed < (c->nslots + 1) / 2) || c->sq_out >= c->send_depth)
+    if ((owed == 0 && c->done_owed == 0) || (!always && owed < (c->nslots + 1) / 2) ||
+        c->sq_out >= c->send_depth)
         return true;
     *c->word = c->next;
-    uint32_t imm = ((uint32_t)c->next & VERBS_IMM_COUNT) | (c->nak_owed ? VERBS_IMM_NAK : 0);
+    uint32_t done = c->done_owed < VERBS_IMM_DONE_MAX ? c->done_owed : VERBS_IMM_DONE_MAX;
+    uint32_t imm = ((uint32_t)c->next & VERBS_IMM_COUNT) | (done << VERBS_IMM_DONE_SHIFT) |
+                   (c->nak_owed ? VERBS_IMM_NAK : 0);
     if (!verbs_write(c, c->word, c->word_mr->lkey, sizeof(*c->word), c->remote_addr, imm))
         return false;
     c->credit_sent = c->next;
+    c->done_owed -= done;
     c->nak_owed = false;
-    c->credit_now = false;
+    c->credit_now = c->done_owed > 0;
     return true;
 }
 
@@ -955,11 +990,12 @@ static bool verbs_progress_recv(struct verbs_conn *c)
                     return false;
                 if (r->read_posted < r->rts.len || c->reads_out > 0)
                     goto out;
-                /* Read: the announcement's slot goes back, told at once. */
+                /* Read: the sender is told at once (its slot went back when
+                 * the reads began). */
                 r->done_bytes += (size_t)r->rts.len;
                 r->rdv = RDV_NONE;
                 c->ctx->rdv_read++;
-                c->next++;
+                c->done_owed++;
                 c->credit_now = true;
                 moved = true;
                 continue;
@@ -975,6 +1011,8 @@ static bool verbs_progress_recv(struct verbs_conn *c)
                     r->rts = a;
                     r->read_posted = 0;
                     r->rdv = RDV_READING;
+                    c->next++; /* the slot goes back at once: the next announcement */
+                    c->credit_now = true;
                 } else {
                     verbs_decline_rts(c);
                 }

@@ -50,13 +50,16 @@ struct verbs_hello {
 /* Rendezvous (verbs.c): a slot written with VERBS_IMM_RTS in its immediate holds
  * a verbs_rts instead of data: the message of len bytes waits in the sender's
  * registered memory, for the receiver to RDMA READ.  The receiver's credit that
- * releases that slot carries VERBS_IMM_NAK when it did not read it: the sender
- * then streams the message through the slots as usual.  Credits count in the
- * other 31 bits. */
+ * releases that slot carries VERBS_IMM_NAK when it will not read it: the sender
+ * then streams the message through the slots as usual; without it the receiver
+ * reads, and a later credit counts the reads it finished in VERBS_IMM_DONE
+ * (oldest first).  Credits count in the low 24 bits. */
 #define VERBS_RTS_MAGIC 0x53545256u /* "VRTS" */
 #define VERBS_IMM_RTS (1u << 31)
 #define VERBS_IMM_NAK (1u << 31)
-#define VERBS_IMM_COUNT 0x7fffffffu
+#define VERBS_IMM_DONE_SHIFT 24
+#define VERBS_IMM_DONE_MAX 127u
+#define VERBS_IMM_COUNT 0xffffffu
 
 struct verbs_rts {
     uint32_t magic;
