@@ -472,7 +472,8 @@ COLL_API collResult_t collMemFree(void *ptr);
  * past the end of the address space; a poisoned comm returns its error.
  * collCommDeregister: releases the registration (its transport registrations
  * at once); collInvalidArgument for a NULL comm or a handle this comm did not
- * return (or already released).  Not while a call on comm uses the buffer.
+ * return (or already released).  Both wait for the calls queued on comm's
+ * streams first, as a call without a stream does.
  * Thread safety: like any call on comm (one thread at a time).
  */
 COLL_API collResult_t collCommRegister(const collComm_t comm, void *buff, size_t size,

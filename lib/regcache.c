@@ -19,6 +19,7 @@
 
 #include "internal.h"
 #include "mem.h"
+#include "stream.h"
 
 enum reg_kind { REG_MEM, REG_USER };
 
@@ -299,9 +300,15 @@ COLL_API collResult_t collCommRegister(const collComm_t comm, void *buff, size_t
         return collInvalidArgument;
     }
     COLL_CHECK(coll_comm_check_usable(comm, "collCommRegister"));
+    /* After the calls queued on streams: they use the cache on the progress
+     * thread. */
+    coll_comm_enter(comm);
     struct coll_regcache *rc;
-    COLL_CHECK(coll_comm_regcache(comm, &rc));
-    return coll_regcache_user_add(rc, buff, size, handle);
+    collResult_t res = coll_comm_regcache(comm, &rc);
+    if (res == collSuccess)
+        res = coll_regcache_user_add(rc, buff, size, handle);
+    coll_comm_leave(comm);
+    return res;
 }
 
 COLL_API collResult_t collCommDeregister(const collComm_t comm, void *handle)
@@ -314,8 +321,11 @@ COLL_API collResult_t collCommDeregister(const collComm_t comm, void *handle)
         coll_set_error(comm, "collCommDeregister: handle is NULL");
         return collInvalidArgument;
     }
-    if (comm->regcache == NULL ||
-        coll_regcache_user_remove(comm->regcache, handle) != collSuccess) {
+    coll_comm_enter(comm); /* as collCommRegister */
+    bool found = comm->regcache != NULL &&
+                 coll_regcache_user_remove(comm->regcache, handle) == collSuccess;
+    coll_comm_leave(comm);
+    if (!found) {
         coll_set_error(comm, "collCommDeregister: handle %p was not returned by "
                        "collCommRegister on this comm (or was deregistered already)", handle);
         return collInvalidArgument;

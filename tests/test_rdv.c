@@ -14,7 +14,8 @@
  * and streamed messages interleave on one connection; buffers freed and
  * allocated again between calls (collMemFree + collMemAlloc, and
  * collCommDeregister + free + malloc + collCommRegister), whose new bytes must
- * arrive and land where the new buffer is; and a ring allgather and broadcast
+ * arrive and land where the new buffer is; exchanges queued on a stream while
+ * the thread registers more memory; and a ring allgather and broadcast
  * (COLL_ALGO=ring) into collMemAlloc and ordinary buffers.  With
  * COLL_TRANSPORTS=verbs the registration cache must have registered memory;
  * over other transports it must not have.
@@ -236,9 +237,42 @@ static void test_collectives(struct launch_rank *lr)
         }
 }
 
+/* Exchanges queued on a stream use the cache on the comm's progress thread
+ * while this thread registers and deregisters: the registration calls wait
+ * for the queue (a data race otherwise: the ThreadSanitizer pass sees it). */
+static void test_stream(struct launch_rank *lr)
+{
+    int n = lr->nranks, me = lr->rank, next = (me + 1) % n, prev = (me + n - 1) % n;
+    size_t bytes = 2 * rdv_bytes() + 5;
+    struct buf s, r, extra;
+    buf_get(lr, &s, K_MEM, bytes);
+    buf_get(lr, &r, K_USER, bytes);
+    collStream_t st;
+    LR_CHECK_RES(lr, collStreamCreate(&st), collSuccess, NULL);
+    for (int round = 0; round < 3; round++) {
+        fill(s.p, bytes, me, 300 + round);
+        memset(r.p, 0, bytes);
+        LR_CHECK_RES(lr, collGroupStart(), collSuccess, lr->comm);
+        LR_CHECK_RES(lr, collSend(s.p, bytes, collUint8, next, lr->comm, st), collSuccess,
+                     lr->comm);
+        LR_CHECK_RES(lr, collRecv(r.p, bytes, collUint8, prev, lr->comm, st), collSuccess,
+                     lr->comm);
+        LR_CHECK_RES(lr, collGroupEnd(), collSuccess, lr->comm);
+        buf_get(lr, &extra, K_USER, 4096); /* while the exchange may be queued */
+        buf_put(lr, &extra);
+        LR_CHECK_RES(lr, collStreamSynchronize(st), collSuccess, lr->comm);
+        long w = first_wrong(r.p, bytes, prev, 300 + round);
+        LR_CHECK(lr, w < 0, "exchange on a stream, round %d: byte %ld wrong", round, w);
+    }
+    LR_CHECK_RES(lr, collStreamDestroy(st), collSuccess, NULL);
+    buf_put(lr, &s);
+    buf_put(lr, &r);
+}
+
 static void body(struct launch_rank *lr)
 {
     test_sizes(lr);
+    test_stream(lr);
     test_interleave(lr);
     test_realloc(lr);
     test_collectives(lr);
