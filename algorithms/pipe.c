@@ -4,9 +4,17 @@
 #include <string.h>
 
 #include "exec.h"
+#include "regcache.h"
 
 #define PIPE_SLOTS 64 /* > COLL_PIPE_MAX_WINDOW and the send window */
 #define PIPE_SEND_WINDOW 32
+
+/* Whether [p, p+n) lies in [base, base+len). */
+static bool pipe_within(const void *base, size_t len, const void *p, size_t n)
+{
+    uintptr_t b = (uintptr_t)base, q = (uintptr_t)p;
+    return base != NULL && q >= b && n <= len && q - b <= len - n;
+}
 
 collResult_t coll_pipe_run(struct coll_pipe *p)
 {
@@ -23,8 +31,14 @@ collResult_t coll_pipe_run(struct coll_pipe *p)
     struct coll_wait w;
     coll_exec_wait_init(comm, &w, p->piece_bytes);
 
-    /* Zero copy: pieces are read where the peer's transport put them. */
-    bool zc = recv_total > 0 && p->recv_conn->tp->recv_peek != NULL;
+    /* Handles for the user's buffers, where the transports have them. */
+    void *smh = send_total > 0 ? coll_reg_handle(comm, p->send_conn, p->send_reg,
+                                                 p->send_reg_bytes) : NULL;
+    void *rmh = recv_total > 0 ? coll_reg_handle(comm, p->recv_conn, p->recv_reg,
+                                                 p->recv_reg_bytes) : NULL;
+    /* Zero copy: pieces are read where the peer's transport put them, unless
+     * they can land in place. */
+    bool zc = recv_total > 0 && p->recv_conn->tp->recv_peek != NULL && rmh == NULL;
     struct coll_req zreq = {.conn = p->recv_conn}; /* stands for the lent receive in waits */
     size_t zoff = 0;                              /* bytes of piece rd taken so far */
 
@@ -62,7 +76,10 @@ collResult_t coll_pipe_run(struct coll_pipe *p)
             size_t bytes;
             p->recv_buf(p->ctx, rp, &buf, &bytes);
             rbuf[rp % PIPE_SLOTS] = buf;
-            COLL_CHECK(coll_exec_irecv(comm, p->recv_conn, buf, bytes, &rreq[rp % PIPE_SLOTS]));
+            COLL_CHECK(coll_exec_irecv_mh(comm, p->recv_conn, buf, bytes,
+                                          pipe_within(p->recv_reg, p->recv_reg_bytes, buf, bytes)
+                                              ? rmh : NULL,
+                                          &rreq[rp % PIPE_SLOTS]));
             rp++;
             moved = true;
         }
@@ -71,7 +88,10 @@ collResult_t coll_pipe_run(struct coll_pipe *p)
             const void *buf;
             size_t bytes;
             p->send_buf(p->ctx, sp, &buf, &bytes);
-            COLL_CHECK(coll_exec_isend(comm, p->send_conn, buf, bytes, &sreq[sp % PIPE_SLOTS]));
+            COLL_CHECK(coll_exec_isend_mh(comm, p->send_conn, buf, bytes,
+                                          pipe_within(p->send_reg, p->send_reg_bytes, buf, bytes)
+                                              ? smh : NULL,
+                                          &sreq[sp % PIPE_SLOTS]));
             sp++;
             moved = true;
         }

@@ -42,6 +42,17 @@ struct coll_pipe {
      * from src straight into the output), saving a copy.  Without it such bytes
      * are copied into recv_buf's buffer and processed as usual. */
     void (*consume)(void *ctx, size_t i, size_t off, const void *src, size_t len);
+    /* Optional: the user buffers that pieces are sent from and received into
+     * (send_reg_bytes / recv_reg_bytes bytes).  Pieces inside them go to the
+     * transport with its handle for them (regcache.h), when it has one, so it
+     * may move them in place (verbs RDMA).  A receive buffer with a handle
+     * turns the lent receive off: every piece is received into recv_buf's
+     * buffer, so set it only where pieces land in the output as they are
+     * (gather and broadcast steps, not reductions). */
+    const void *send_reg;
+    size_t send_reg_bytes;
+    void *recv_reg;
+    size_t recv_reg_bytes;
 };
 
 #define COLL_PIPE_MAX_WINDOW 32

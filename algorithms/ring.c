@@ -111,9 +111,10 @@ static void ring_send_buf(void *vctx, size_t i, const void **p, size_t *bytes)
             *p = x->partial[(s - 1) & 1] + ring_koff(x, i, seg) * x->esize;
         else
             *p = x->out + off * x->esize;
-    } else if (x->nrs == 0 && s == 0) {
-        *p = x->in + ring_koff(x, i, seg) * x->esize; /* allgather: own block */
     } else {
+        /* Allgather steps; the own block of a plain allgather (step 0) too, from
+         * its copy in the output made before the run, so that every piece goes
+         * from the buffer a registration covers (pipe.h, send_reg). */
         *p = x->out + off * x->esize;
     }
 }
@@ -197,14 +198,17 @@ static size_t ring_slice_elems(const struct coll_comm *comm, size_t esize)
 }
 
 /* Runs the ring pipeline described by x (nrs reduce-scatter steps, then
- * nsteps - nrs allgather steps). */
-static collResult_t ring_run(struct ring_ctx *x, int nsteps)
+ * nsteps - nrs allgather steps); reg (reg_bytes), when not NULL, is the user
+ * buffer that pieces are sent from and land in as they are (pipe.h). */
+static collResult_t ring_run(struct ring_ctx *x, int nsteps, void *reg, size_t reg_bytes)
 {
     struct coll_pipe p = {.comm = x->comm, .total = (size_t)nsteps * x->K,
                           .send_after_recv = true, .send_lag = x->K, .recv_lag = x->K,
                           .window = x->slots ? x->nslots : 8, .ctx = x,
                           .send_buf = ring_send_buf, .recv_buf = ring_recv_buf,
-                          .process = ring_process, .consume = ring_consume};
+                          .process = ring_process, .consume = ring_consume,
+                          .send_reg = reg, .send_reg_bytes = reg_bytes, .recv_reg = reg,
+                          .recv_reg_bytes = reg_bytes};
     size_t off0, len0;
     ring_seg(x, 0, &off0, &len0);
     p.piece_bytes = (len0 + x->K - 1) / x->K * x->esize;
@@ -226,7 +230,9 @@ static collResult_t ring_allgather_impl(struct coll_comm *comm, const void *in, 
     struct ring_ctx x = {.comm = comm, .a = &a, .n = n, .r = r, .esize = esize, .nrs = 0,
                          .blocks = true, .in = in, .out = out};
     x.K = coll_slices(count, ring_slice_elems(comm, esize));
-    return ring_run(&x, n - 1);
+    /* Every piece is sent from the output and lands in it as it is. */
+    size_t total = (size_t)n * count * esize;
+    return ring_run(&x, n - 1, out, total);
 }
 
 static collResult_t ring_allgather(struct coll_comm *comm, const struct coll_args *a)
@@ -256,7 +262,7 @@ static collResult_t ring_allreduce(struct coll_comm *comm, const struct coll_arg
         x.slot_bytes = slice * esize;
         COLL_CHECK(coll_comm_scratch(comm, x.nslots * x.slot_bytes, (void **)&x.slots));
     }
-    return ring_run(&x, 2 * (n - 1));
+    return ring_run(&x, 2 * (n - 1), NULL, 0);
 }
 
 static collResult_t ring_reduce_scatter(struct coll_comm *comm, const struct coll_args *a)
@@ -277,7 +283,7 @@ static collResult_t ring_reduce_scatter(struct coll_comm *comm, const struct col
     x.partial[0] = buf;
     x.partial[1] = buf + bytes;
     x.K = coll_slices(a->count, ring_slice_elems(comm, esize));
-    return ring_run(&x, n - 1);
+    return ring_run(&x, n - 1, NULL, 0);
 }
 
 /* Broadcast and reduce: a chain along the ring, pipelined in slices. */
@@ -327,7 +333,11 @@ static collResult_t ring_broadcast(struct coll_comm *comm, const struct coll_arg
     struct coll_pipe p = {.comm = comm, .total = x.K, .send_after_recv = pos > 0, .send_lag = 0,
                           .window = 8, .ctx = &x, .send_buf = bcast_send_buf,
                           .recv_buf = bcast_recv_buf,
-                          .piece_bytes = (a->count + x.K - 1) / x.K * esize};
+                          .piece_bytes = (a->count + x.K - 1) / x.K * esize,
+                          /* Pieces land in the output as they are. */
+                          .send_reg = x.is_root ? a->sendbuf : a->recvbuf,
+                          .send_reg_bytes = bytes, .recv_reg = a->recvbuf,
+                          .recv_reg_bytes = bytes};
     int prev, next;
     coll_ring_neighbors(comm->rank, n, &prev, &next);
     if (pos < n - 1)

@@ -456,6 +456,30 @@ COLL_API collResult_t collScatter(const void *sendbuff, void *recvbuff, size_t c
 COLL_API collResult_t collMemAlloc(void **ptr, size_t size);
 COLL_API collResult_t collMemFree(void *ptr);
 
+/*
+ * collCommRegister: tells comm that [buff, buff + size) (bytes) will be passed
+ * to its calls, like ncclCommRegister: over a transport that moves registered
+ * memory in place (verbs: RDMA straight between the ranks' buffers, from
+ * COLL_IB_RDV_BYTES), sends from it and receives into it skip the staging
+ * copies.  The transports register it on first use, once per region; memory
+ * from collMemAlloc needs no call (it is known already).  Any other buffer
+ * works as before.  *handle names the registration for collCommDeregister.
+ * The buffer must stay allocated, at the same address, until then: memory freed
+ * and reallocated while registered may be read as it was.  Registering the
+ * same or overlapping ranges again is allowed; each handle is deregistered on
+ * its own.  Registrations left when comm is destroyed are released with it.
+ * collInvalidArgument for a NULL comm, buff or handle, a size of 0, or a range
+ * past the end of the address space; a poisoned comm returns its error.
+ * collCommDeregister: releases the registration (its transport registrations
+ * at once); collInvalidArgument for a NULL comm or a handle this comm did not
+ * return (or already released).  Both wait for the calls queued on comm's
+ * streams first, as a call without a stream does.
+ * Thread safety: like any call on comm (one thread at a time).
+ */
+COLL_API collResult_t collCommRegister(const collComm_t comm, void *buff, size_t size,
+                                       void **handle);
+COLL_API collResult_t collCommDeregister(const collComm_t comm, void *handle);
+
 #ifdef __cplusplus
 }
 #endif

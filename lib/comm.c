@@ -14,6 +14,7 @@
 #include "internal.h"
 #include "mismatch.h"
 #include "pattern.h"
+#include "regcache.h"
 #include "stream.h"
 #include "wire.h"
 
@@ -178,6 +179,8 @@ static void comm_free(struct coll_comm *comm)
     if (comm->nb_stream != NULL)
         (void)collStreamDestroy(comm->nb_stream);
     pthread_mutex_destroy(&comm->init_lock);
+    coll_regcache_free(comm->regcache); /* deregisters: the transports are still up */
+    comm->regcache = NULL;
     if (comm->peers)
         coll_transport_fini(comm);
     coll_bootstrap_fini(comm);

@@ -61,10 +61,22 @@ static void exec_fail(struct coll_comm *comm, struct coll_conn *c, collResult_t 
 collResult_t coll_exec_isend(struct coll_comm *comm, struct coll_conn *c, const void *buf,
                              size_t n, struct coll_req **r_p)
 {
+    return coll_exec_isend_mh(comm, c, buf, n, NULL, r_p);
+}
+
+collResult_t coll_exec_irecv(struct coll_comm *comm, struct coll_conn *c, void *buf, size_t n,
+                             struct coll_req **r_p)
+{
+    return coll_exec_irecv_mh(comm, c, buf, n, NULL, r_p);
+}
+
+collResult_t coll_exec_isend_mh(struct coll_comm *comm, struct coll_conn *c, const void *buf,
+                                size_t n, void *mh, struct coll_req **r_p)
+{
     *r_p = NULL;
     if (n == 0)
         return collSuccess;
-    collResult_t res = coll_conn_isend(c, buf, n, r_p);
+    collResult_t res = coll_conn_isend(c, buf, n, mh, r_p);
     if (res != collSuccess) {
         exec_fail(comm, c, res);
     } else {
@@ -74,13 +86,13 @@ collResult_t coll_exec_isend(struct coll_comm *comm, struct coll_conn *c, const 
     return res;
 }
 
-collResult_t coll_exec_irecv(struct coll_comm *comm, struct coll_conn *c, void *buf, size_t n,
-                             struct coll_req **r_p)
+collResult_t coll_exec_irecv_mh(struct coll_comm *comm, struct coll_conn *c, void *buf,
+                                size_t n, void *mh, struct coll_req **r_p)
 {
     *r_p = NULL;
     if (n == 0)
         return collSuccess;
-    collResult_t res = coll_conn_irecv(c, buf, n, r_p);
+    collResult_t res = coll_conn_irecv(c, buf, n, mh, r_p);
     if (res != collSuccess) {
         exec_fail(comm, c, res);
     } else {

@@ -25,6 +25,12 @@ collResult_t coll_exec_isend(struct coll_comm *comm, struct coll_conn *c, const 
                              size_t n, struct coll_req **r_p);
 collResult_t coll_exec_irecv(struct coll_comm *comm, struct coll_conn *c, void *buf, size_t n,
                              struct coll_req **r_p);
+/* The same with the transport's handle for the buffer (coll_reg_handle in
+ * regcache.h; NULL: none), so that it may move the bytes in place. */
+collResult_t coll_exec_isend_mh(struct coll_comm *comm, struct coll_conn *c, const void *buf,
+                                size_t n, void *mh, struct coll_req **r_p);
+collResult_t coll_exec_irecv_mh(struct coll_comm *comm, struct coll_conn *c, void *buf,
+                                size_t n, void *mh, struct coll_req **r_p);
 /* Zero-copy receive (transports with recv_peek): *src_p gets up to want bytes
  * of the next message where the peer put them, or NULL when none has arrived.
  * The caller reads them, then calls coll_exec_release.  A failure is described

@@ -105,6 +105,10 @@ struct coll_comm {
 
     struct coll_direct *direct;          /* the direct allreduce's state (algorithms/direct.c) */
 
+    /* Registrations with transports that need them (regcache.c), made on first
+     * use; freed before the transports. */
+    struct coll_regcache *regcache;
+
     struct coll_async *async;      /* progress thread for calls on streams (stream.c) */
     atomic_int async_pending;      /* calls queued there and not yet done */
 

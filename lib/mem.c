@@ -13,6 +13,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,6 +35,9 @@ struct mem_region {
 static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mem_region *mem_regions;
 static uint64_t mem_next_id = 1;
+/* collMemFree calls so far: a registration cache that saw another count looks
+ * for registrations of regions that are gone (lib/regcache.c). */
+static atomic_uint_fast64_t mem_frees;
 
 COLL_API collResult_t collMemAlloc(void **ptr, size_t size)
 {
@@ -96,10 +100,45 @@ COLL_API collResult_t collMemFree(void *ptr)
                        "freed already)", ptr);
         return collInvalidArgument;
     }
+    /* Counted once the region has left the registry: a cache that reads the new
+     * count finds it gone. */
+    atomic_fetch_add(&mem_frees, 1);
     munmap(m->base, m->size);
     close(m->fd);
     free(m);
     return collSuccess;
+}
+
+bool coll_mem_region(const void *p, size_t len, char **base_p, size_t *size_p, uint64_t *id_p)
+{
+    bool found = false;
+    const char *c = p;
+    pthread_mutex_lock(&mem_lock);
+    for (struct mem_region *m = mem_regions; m != NULL && !found; m = m->next) {
+        if (c >= m->base && len <= m->size && (size_t)(c - m->base) <= m->size - len) {
+            *base_p = m->base;
+            *size_p = m->size;
+            *id_p = m->id;
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&mem_lock);
+    return found;
+}
+
+bool coll_mem_live(uint64_t id)
+{
+    bool live = false;
+    pthread_mutex_lock(&mem_lock);
+    for (struct mem_region *m = mem_regions; m != NULL && !live; m = m->next)
+        live = m->id == id;
+    pthread_mutex_unlock(&mem_lock);
+    return live;
+}
+
+uint64_t coll_mem_frees(void)
+{
+    return atomic_load(&mem_frees);
 }
 
 bool coll_mem_lookup(const void *p, size_t len, int *fd_p, uint64_t *id_p, size_t *off_p)

@@ -13,5 +13,13 @@
 /* Where [p, p+len) lies in a collMemAlloc region: its fd, id and offset; false
  * when it does not lie inside one region. */
 bool coll_mem_lookup(const void *p, size_t len, int *fd_p, uint64_t *id_p, size_t *off_p);
+/* The collMemAlloc region holding [p, p+len): its base, size and id (unique in
+ * the process, never reused: memory freed and allocated again at the same address
+ * is another id).  False when [p, p+len) is not inside one region. */
+bool coll_mem_region(const void *p, size_t len, char **base_p, size_t *size_p, uint64_t *id_p);
+/* Whether the region with this id is still allocated. */
+bool coll_mem_live(uint64_t id);
+/* How many regions collMemFree has freed so far (any thread). */
+uint64_t coll_mem_frees(void);
 
 #endif

@@ -37,6 +37,7 @@
 #include "flight.h"
 #include "mismatch.h"
 #include "p2p.h"
+#include "regcache.h"
 #include "stream.h"
 #include "reduce.h"
 
@@ -249,10 +250,14 @@ static collResult_t p2p_post(struct coll_p2p_op *op)
         op->hdr[0] = P2P_MAGIC;
         op->hdr[1] = op->bytes;
         COLL_CHECK(coll_exec_isend(op->comm, op->conn, op->hdr, sizeof(op->hdr), &op->req[0]));
-        return coll_exec_isend(op->comm, op->conn, op->buf, op->bytes, &op->req[1]);
+        return coll_exec_isend_mh(op->comm, op->conn, op->buf, op->bytes,
+                                  coll_reg_handle(op->comm, op->conn, op->buf, op->bytes),
+                                  &op->req[1]);
     }
     COLL_CHECK(coll_exec_irecv(op->comm, op->conn, op->hdr, sizeof(op->hdr), &op->req[0]));
-    return coll_exec_irecv(op->comm, op->conn, op->buf, op->bytes, &op->req[1]);
+    return coll_exec_irecv_mh(op->comm, op->conn, op->buf, op->bytes,
+                              coll_reg_handle(op->comm, op->conn, op->buf, op->bytes),
+                              &op->req[1]);
 }
 
 /* A received header: the sender's byte count must be what this receive expects. */

@@ -52,9 +52,12 @@ static bool transport_allowed(const char *spec, const char *name)
 
 static bool transport_valid(const struct coll_transport *tp)
 {
+    /* reg and dereg come together, exactly with COLL_TP_CAP_NEEDS_REG. */
+    bool needs_reg = (tp->caps & COLL_TP_CAP_NEEDS_REG) != 0;
     return tp->abi == COLL_TRANSPORT_ABI && tp->name && tp->init && tp->fini &&
            tp->can_connect && tp->listen && tp->connect && tp->accept && tp->isend &&
-           tp->irecv && tp->test && tp->shutdown && tp->close;
+           tp->irecv && tp->test && tp->shutdown && tp->close &&
+           (tp->reg != NULL) == needs_reg && (tp->dereg != NULL) == needs_reg;
 }
 
 static const struct coll_rank_info *env_peer(void *owner, int rank)

@@ -157,6 +157,28 @@ static void check_comm_queries(struct args_rank *ar)
     LR_CHECK(lr, async == collSuccess, "a healthy comm reports %s", collGetErrorString(async));
     LR_CHECK_RES(lr, collCommDestroy(NULL), collSuccess, NULL);
     LR_CHECK_RES(lr, collCommAbort(NULL), collSuccess, NULL);
+
+    /* collCommRegister / collCommDeregister; static: one registration stays
+     * until the comm is destroyed. */
+    static char buf[256];
+    void *h = &x, *h2 = NULL;
+    BAD_ARG(collCommRegister(NULL, buf, sizeof(buf), &h), NULL, "comm");
+    BAD_ARG(collCommRegister(comm, NULL, sizeof(buf), &h), comm, "buff");
+    LR_CHECK(lr, h == NULL, "a refused collCommRegister left *handle set");
+    BAD_ARG(collCommRegister(comm, buf, 0, &h), comm, "size");
+    BAD_ARG(collCommRegister(comm, buf, SIZE_MAX, &h), comm, "size");
+    BAD_ARG(collCommRegister(comm, buf, sizeof(buf), NULL), comm, "handle");
+    BAD_ARG(collCommDeregister(NULL, h), NULL, "comm");
+    BAD_ARG(collCommDeregister(comm, NULL), comm, "handle");
+    BAD_ARG(collCommDeregister(comm, &x), comm, "handle"); /* not a handle */
+    LR_CHECK_RES(lr, collCommRegister(comm, buf, sizeof(buf), &h), collSuccess, comm);
+    LR_CHECK_RES(lr, collCommRegister(comm, buf + 8, 16, &h2), collSuccess, comm); /* overlaps */
+    LR_CHECK(lr, h != NULL && h2 != NULL && h != h2, "handles %p, %p", h, h2);
+    LR_CHECK_RES(lr, collCommDeregister(comm, h), collSuccess, comm);
+    BAD_ARG(collCommDeregister(comm, h), comm, "handle"); /* twice */
+    LR_CHECK_RES(lr, collCommDeregister(comm, h2), collSuccess, comm);
+    /* One left registered: destroying the comm releases it (valgrind, ASan). */
+    LR_CHECK_RES(lr, collCommRegister(comm, buf, sizeof(buf), &h), collSuccess, comm);
 }
 
 static void check_collective_args(struct args_rank *ar)

@@ -28,8 +28,14 @@
 #include "wire_check.h"
 
 #define COLL_TRANSPORT_ABI 1u
+/* Memory the transport moves: host memory; CUDA device memory (none yet). */
 #define COLL_TP_CAP_HOST_MEM (1u << 0)
 #define COLL_TP_CAP_CUDA_MEM (1u << 1)
+/* The transport moves bytes faster from and into memory registered with it
+ * (reg/dereg): it has both slots, and the core's registration cache
+ * (lib/regcache.c) gives its isend/irecv a handle for the buffers it knows.  A
+ * transport without it (shm, tcp) leaves reg and dereg NULL and is always given
+ * a NULL handle; transport_valid() refuses a table where the two disagree. */
 #define COLL_TP_CAP_NEEDS_REG (1u << 2)
 /* Its peers share this host's memory: they can map each other's memfds. */
 #define COLL_TP_CAP_SHARED_MEM (1u << 3)
@@ -41,6 +47,9 @@
 #define coll_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 struct coll_comm;
+/* What kind of memory a registered buffer is.  Host memory only for now; device
+ * memory comes with a CUDA transport (COLL_TP_CAP_CUDA_MEM). */
+enum coll_memtype { COLL_MEM_HOST, COLL_MEM_DEVICE };
 struct coll_transport;
 
 /* What every rank tells the others at init (through the bootstrap). */
@@ -150,8 +159,17 @@ struct coll_transport {
      * none is complete yet (call again).  Connections that fail the handshake are
      * dropped and logged. */
     collResult_t (*accept)(struct coll_conn *lis, struct coll_conn **conn_p);
-    collResult_t (*reg)(struct coll_conn *c, void *buf, size_t len, void **mh_p);
-    collResult_t (*dereg)(struct coll_conn *c, void *mh);
+    /* Only with COLL_TP_CAP_NEEDS_REG (NULL otherwise): registers [buf, buf+len)
+     * of memory type mt with the transport context (not one connection: a
+     * handle serves every connection of the context), for peers to read or
+     * write, and returns the transport's handle.  A failure (out of locked
+     * memory, say) is logged at INFO and not made the comm's error: the caller
+     * then moves the bytes unregistered.  dereg releases a handle; the
+     * caller guarantees that no request using it is still pending. */
+    collResult_t (*reg)(void *ctx, void *buf, size_t len, enum coll_memtype mt, void **mh_p);
+    void (*dereg)(void *ctx, void *mh);
+    /* mh: NULL, or a handle from this transport's reg whose range holds
+     * [buf, buf+n); with one, the transport may move the bytes in place. */
     collResult_t (*isend)(struct coll_conn *c, const void *buf, size_t n, void *mh,
                           struct coll_req **r_p);
     collResult_t (*irecv)(struct coll_conn *c, void *buf, size_t n, void *mh,
@@ -177,15 +195,15 @@ struct coll_transport {
 };
 
 static inline collResult_t coll_conn_isend(struct coll_conn *c, const void *buf, size_t n,
-                                           struct coll_req **r_p)
+                                           void *mh, struct coll_req **r_p)
 {
-    return c->tp->isend(c, buf, n, NULL, r_p);
+    return c->tp->isend(c, buf, n, mh, r_p);
 }
 
-static inline collResult_t coll_conn_irecv(struct coll_conn *c, void *buf, size_t n,
+static inline collResult_t coll_conn_irecv(struct coll_conn *c, void *buf, size_t n, void *mh,
                                            struct coll_req **r_p)
 {
-    return c->tp->irecv(c, buf, n, NULL, r_p);
+    return c->tp->irecv(c, buf, n, mh, r_p);
 }
 
 /* Reads the transports' listeners at most every COLL_SWEEP_MS, from the start

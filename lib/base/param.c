@@ -91,6 +91,15 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
     [COLL_PARAM_IB_SLOT_BYTES] = {"COLL_IB_SLOT_BYTES", COLL_PARAM_TYPE_SIZE, "131072",
                                   "bytes per slot of a verbs receive ring (4 KiB-8 MiB, a "
                                   "multiple of 64)"},
+    [COLL_PARAM_IB_RDV_BYTES] = {"COLL_IB_RDV_BYTES", COLL_PARAM_TYPE_SIZE, "131072",
+                                 "verbs messages from this size whose buffers are registered "
+                                 "on both sides (collMemAlloc, collCommRegister) move by RDMA "
+                                 "READ straight between them; -1: never"},
+    [COLL_PARAM_REG_CACHE_ENTRIES] = {"COLL_REG_CACHE_ENTRIES", COLL_PARAM_TYPE_INT, "64",
+                                      "registrations a communicator keeps with transports "
+                                      "that need them (verbs), least recently used evicted"},
+    [COLL_PARAM_REG_CACHE_BYTES] = {"COLL_REG_CACHE_BYTES", COLL_PARAM_TYPE_SIZE, "16G",
+                                    "bytes those registrations may pin in all"},
     [COLL_PARAM_CHECK_MISMATCH] = {"COLL_CHECK_MISMATCH", COLL_PARAM_TYPE_INT, "0",
                                    "1: every collective first checks that all ranks called it "
                                    "with the same operation, count, datatype, op and root"},

@@ -1,6 +1,8 @@
 /* Fuzz target: the transports' hellos, read by a listener as they arrive
  * (tcp_wire_hello, verbs_wire_hello, every prefix), and the handles a rank
- * publishes in the rank table (tcp_wire_handle, verbs_wire_handle).  The TCP
+ * publishes in the rank table (tcp_wire_handle, verbs_wire_handle), and the
+ * verbs rendezvous announcement a sender writes into a receiver's slot
+ * (verbs_wire_rts, as long as the slot says).  The TCP
  * transport has no per-message header (both sides cut a message by its size),
  * so its hello is all it parses. */
 #include "fuzz.h"
@@ -11,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     if (size < 1)
         return 0;
-    int which = data[0] % 4;
+    int which = data[0] % 5;
     data++;
     size--;
     const char *why = NULL;
@@ -43,6 +45,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
             }
             if (v != COLL_WIRE_MORE)
                 break;
+        }
+    } else if (which == 4) {
+        struct verbs_rts r;
+        if (verbs_wire_rts(data, size, &r, &why) == COLL_WIRE_OK) {
+            FUZZ_ASSERT(size == sizeof(r) && r.magic == VERBS_RTS_MAGIC);
+            FUZZ_ASSERT(r.len > 0 && r.addr + r.len > r.addr);
+        } else {
+            FUZZ_ASSERT(why != NULL);
         }
     } else {
         /* A handle slot is COLL_TP_HANDLE_BYTES in the rank table. */

@@ -69,6 +69,9 @@ int main(int argc, char **argv)
     seed("hello", "tcp-handle", 2, info.tp_handle[0], sizeof(struct tcp_handle));
     struct verbs_handle vhd = fuzz_verbs_handle();
     seed("hello", "verbs-handle", 3, &vhd, sizeof(vhd));
+    struct verbs_rts rts = {.magic = VERBS_RTS_MAGIC, .rkey = 0x1234, .addr = 0x7f0000001000,
+                            .len = 1 << 20};
+    seed("hello", "verbs-rts", 4, &rts, sizeof(rts));
 
     /* Ids: binary as collGetUniqueId makes it, and COLL_COMM_ID text. */
     struct coll_id id = fuzz_id();

@@ -33,6 +33,36 @@
  * A send request is complete once its bytes sit in staging slots (as with
  * shm), so a sender may run up to nslots slots ahead of its receiver.
  *
+ * Rendezvous: a message of at least COLL_IB_RDV_BYTES whose send buffer is
+ * registered (a handle from verbs_reg, through the core's registration cache)
+ * skips both copies when the receive buffer is registered too:
+ *
+ *   sender                                    receiver
+ *   slot s <- {rkey, addr, len}, imm RTS ---> its receive has a handle that
+ *   stage nothing after it yet                  covers len bytes: release slot
+ *   credit > s without NAK: accepted;    <---   s, credit at once, and RDMA READ
+ *     go on staging and announcing              addr..+len -> the user's buffer
+ *                                               (chunks of the port's largest
+ *                                               message)
+ *   DONE count: the oldest accepted      <--- reads complete: a credit with
+ *     sends are done                            DONE += 1, at once
+ *                                             else (no handle, too short, or a
+ *                                               zero-copy receive): release s,
+ *   credit > s with NAK: stage the       <---   credit with NAK at once, and
+ *   message through the slots as usual          take the slots that follow
+ *
+ * Such a send completes only once the receiver has read it, so it waits for
+ * the receiver's receive (as large messages do in NCCL); a pair of ranks that
+ * each finish a send before posting their receive deadlock with registered
+ * buffers where the slots would have held the bytes.  Nothing is staged
+ * behind an announcement until the receiver has accepted or declined it (a
+ * declined message's bytes must come next); an accepted one is released at
+ * once, so the next announcement waits in the ring while the reads run.  The
+ * announcement and the DONE counts are checked like any peer bytes
+ * (verbs_wire_rts; no more DONEs than accepted sends); what the receiver reads
+ * is bounded by its own receive.  A registered send buffer is readable by the
+ * peers for as long as the registration lives.
+ *
  * Connection set-up goes over a small TCP side channel per communicator: the
  * listen handle holds its address.  connect() creates the queue pair, sends
  * {magic, secret, rank, its half of the QP, credit word address and rkey} and
@@ -68,6 +98,8 @@
 #define VERBS_REQ_CAP 128
 #define VERBS_MAX_PENDING 64
 #define VERBS_POLL_BATCH 16
+#define VERBS_WR_READ 1               /* wr_id of a rendezvous read */
+#define VERBS_READ_MAX (1u << 30)     /* bytes per read, within the port's largest message */
 
 struct verbs_reply {
     uint32_t magic;
@@ -82,8 +114,14 @@ struct verbs_ctx {
     const struct coll_tp_env *env;
     struct verbs_dev dev;
     uint32_t nslots, slot_bytes;
+    size_t rdv_bytes;           /* rendezvous from this size; SIZE_MAX: never */
+    /* Announced messages this rank read in place / declined, and sends of it
+     * read by the peer / declined: logged at fini. */
+    uint64_t rdv_read, rdv_declined, rdv_sent, rdv_refused;
     struct verbs_listener *lis; /* for set-ups answered while waiting on other work */
 };
+
+enum verbs_rdv { RDV_NONE, RDV_WANT, RDV_ANNOUNCED, RDV_ACCEPTED, RDV_READING };
 
 struct verbs_req {
     struct coll_req base;
@@ -92,6 +130,16 @@ struct verbs_req {
     size_t done_bytes;
     uint64_t end;      /* sender: the slot count once its last fragment is staged */
     bool reported;
+    struct ibv_mr *mr; /* the buffer's registration, NULL: none */
+    /* Rendezvous.  Sender: WANT until announced in slot rts_slot, then
+     * ANNOUNCED until the receiver releases it: ACCEPTED (the rdv_seq-th) until
+     * its DONE comes, or NONE again on a NAK (staged as usual).  Receiver:
+     * READING while its reads are out. */
+    enum verbs_rdv rdv;
+    uint64_t rts_slot;
+    uint64_t rdv_seq;
+    struct verbs_rts rts;  /* receiver: what is being read */
+    size_t read_posted;    /* receiver: bytes of it posted as reads */
 };
 
 struct verbs_conn {
@@ -113,6 +161,7 @@ struct verbs_conn {
     uint64_t remote_addr;          /* sender: the ring; receiver: the credit word */
     uint32_t remote_rkey;
     uint32_t len[VERBS_MAX_SLOTS]; /* bytes in each slot */
+    bool rts[VERBS_MAX_SLOTS];     /* the slot holds a verbs_rts */
     /* sender */
     bool up;                       /* the queue pair is in RTS */
     size_t reply_got;
@@ -120,10 +169,17 @@ struct verbs_conn {
     uint64_t filled;               /* slots copied to staging */
     uint64_t posted;               /* slots written (posted) */
     uint64_t credit;               /* slots the receiver has released */
+    bool nak;                      /* the receiver declined the announced message */
+    uint64_t rdv_accepted;         /* announced sends the receiver took */
+    uint64_t rdv_done;             /* ... and has finished reading (DONE counts) */
     /* receiver */
     uint64_t arrived;              /* slots whose immediate has come */
     uint64_t next;                 /* slots released */
     uint64_t credit_sent;          /* `next` as last written to the sender */
+    bool nak_owed;                 /* the next credit carries VERBS_IMM_NAK */
+    bool credit_now;               /* write the next credit at once (a rendezvous moved) */
+    uint32_t done_owed;            /* finished reads not yet counted to the sender */
+    uint32_t reads_out;            /* rendezvous reads posted and not completed */
     size_t slot_off;               /* bytes of slot `next` already read */
     size_t peeked;
     /* requests [head, tail) in the FIFO */
@@ -169,6 +225,8 @@ static collResult_t verbs_init(const struct coll_tp_env *env, void **ctx_p)
     ctx->env = env;
     ctx->nslots = (uint32_t)nslots;
     ctx->slot_bytes = (uint32_t)slot;
+    int64_t rdv = coll_param_int(COLL_PARAM_IB_RDV_BYTES);
+    ctx->rdv_bytes = rdv < 0 ? SIZE_MAX : (size_t)rdv;
     bool found = false;
     const char *why = NULL;
     collResult_t res = verbs_dev_open(&ctx->dev, &found, &why);
@@ -190,9 +248,13 @@ static collResult_t verbs_init(const struct coll_tp_env *env, void **ctx_p)
                  ctx->dev.gid_index, g[0], g[1], g[2], g[3], g[10], g[11], g[12], g[13], g[14],
                  g[15]);
     }
+    char rdvs[48] = "never";
+    if (ctx->rdv_bytes != SIZE_MAX)
+        snprintf(rdvs, sizeof(rdvs), "from %zu bytes", ctx->rdv_bytes);
     COLL_INFO(COLL_SUBSYS_VERBS, "verbs: %s port %u (%s, mtu %d), gid index %s, %u slots of %u "
-              "bytes", ctx->dev.name, ctx->dev.port, ctx->dev.eth ? "RoCE" : "InfiniBand",
-              128 << ctx->dev.mtu, gid, ctx->nslots, ctx->slot_bytes);
+              "bytes, rendezvous %s", ctx->dev.name, ctx->dev.port,
+              ctx->dev.eth ? "RoCE" : "InfiniBand", 128 << ctx->dev.mtu, gid, ctx->nslots,
+              ctx->slot_bytes, rdvs);
     *ctx_p = ctx;
     return collSuccess;
 }
@@ -202,8 +264,44 @@ static void verbs_fini(void *vctx)
     struct verbs_ctx *ctx = vctx;
     if (ctx == NULL)
         return;
+    if (ctx->rdv_read + ctx->rdv_declined + ctx->rdv_sent + ctx->rdv_refused > 0)
+        COLL_INFO(COLL_SUBSYS_VERBS, "verbs: rendezvous: received %llu in place, declined %llu; "
+                  "sent %llu in place, %llu declined by the peer",
+                  (unsigned long long)ctx->rdv_read, (unsigned long long)ctx->rdv_declined,
+                  (unsigned long long)ctx->rdv_sent, (unsigned long long)ctx->rdv_refused);
     verbs_dev_close(&ctx->dev);
     free(ctx);
+}
+
+/* A user buffer for rendezvous: read by peers when sent, written locally by
+ * reads when received. */
+static collResult_t verbs_reg(void *vctx, void *buf, size_t len, enum coll_memtype mt,
+                              void **mh_p)
+{
+    struct verbs_ctx *ctx = vctx;
+    *mh_p = NULL;
+    if (mt != COLL_MEM_HOST) {
+        COLL_INFO(COLL_SUBSYS_VERBS, "verbs: cannot register device memory (no CUDA support)");
+        return collInvalidUsage;
+    }
+    struct ibv_mr *mr = ibv_reg_mr(ctx->dev.pd, buf, len,
+                                   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    if (mr == NULL) {
+        COLL_INFO(COLL_SUBSYS_VERBS, "verbs: ibv_reg_mr of %zu bytes at %p on %s failed: %s%s; "
+                  "it goes through the slots", len, buf, ctx->dev.name, strerror(errno),
+                  errno == ENOMEM || errno == EAGAIN ? " (ulimit -l?)" : "");
+        return collSystemError;
+    }
+    COLL_INFO(COLL_SUBSYS_VERBS, "verbs: registered %zu bytes at %p (rkey %#x)", len, buf,
+              mr->rkey);
+    *mh_p = mr;
+    return collSuccess;
+}
+
+static void verbs_dereg(void *vctx, void *mh)
+{
+    (void)vctx;
+    (void)ibv_dereg_mr(mh);
 }
 
 static collResult_t verbs_can_connect(void *vctx, const struct coll_rank_info *peer,
@@ -536,7 +634,10 @@ static void verbs_wc_failed(struct verbs_conn *c, const struct ibv_wc *wc)
                  s == IBV_WC_MW_BIND_ERR || s == IBV_WC_LOC_ACCESS_ERR ||
                  s == IBV_WC_LOC_RDD_VIOL_ERR || s == IBV_WC_FATAL_ERR;
     c->failed = local ? collSystemError : collRemoteError;
-    const char *op = (wc->opcode & IBV_WC_RECV) ? "receive" : "RDMA write";
+    /* The opcode of a failed completion is undefined; wr_id says what it was. */
+    const char *op = wc->wr_id == VERBS_WR_READ       ? "RDMA read"
+                     : (wc->opcode & IBV_WC_RECV) ? "receive"
+                                                  : "RDMA write";
     snprintf(c->err, sizeof(c->err), "work completion error: %s (status %d, %s, qp %u)",
              ibv_wc_status_str(s), (int)s, op, c->qp->qp_num);
     c->base.err_text = c->err;
@@ -563,23 +664,35 @@ static bool verbs_poll(struct verbs_conn *c, bool *moved_p)
             }
             if (!(wc[i].opcode & IBV_WC_RECV)) {
                 c->sq_out--;
+                if (wc[i].wr_id == VERBS_WR_READ) {
+                    c->reads_out--;
+                    *moved_p = true;
+                }
                 continue;
             }
             recvs++;
             uint32_t imm = ntohl(wc[i].imm_data);
             if (c->base.is_send) {
-                /* The low 32 bits of the receiver's counter: never more than
+                /* The low 31 bits of the receiver's counter: never more than
                  * nslots ahead of what we know, so the difference is exact. */
-                c->credit += (uint32_t)(imm - (uint32_t)c->credit);
+                c->credit += (imm - (uint32_t)c->credit) & VERBS_IMM_COUNT;
+                if (imm & VERBS_IMM_NAK)
+                    c->nak = true;
+                c->rdv_done += (imm >> VERBS_IMM_DONE_SHIFT) & VERBS_IMM_DONE_MAX;
             } else {
-                if (imm > c->slot_bytes || c->arrived - c->next >= c->nslots) {
-                    snprintf(c->err, sizeof(c->err), "rank sent a fragment of %u bytes or "
-                             "overran the ring (slots hold %u)", imm, c->slot_bytes);
+                uint32_t flen = imm & ~VERBS_IMM_RTS;
+                bool rts = (imm & VERBS_IMM_RTS) != 0;
+                if (flen > c->slot_bytes || c->arrived - c->next >= c->nslots ||
+                    (rts && flen != sizeof(struct verbs_rts))) {
+                    snprintf(c->err, sizeof(c->err), "rank sent a fragment of %u bytes%s or "
+                             "overran the ring (slots hold %u)", flen,
+                             rts ? " as a rendezvous announcement" : "", c->slot_bytes);
                     c->base.err_text = c->err;
                     c->failed = collRemoteError;
                     return false;
                 }
-                c->len[c->arrived % c->nslots] = imm;
+                c->len[c->arrived % c->nslots] = flen;
+                c->rts[c->arrived % c->nslots] = rts;
                 c->arrived++;
             }
             *moved_p = true;
@@ -621,6 +734,32 @@ static bool verbs_write(struct verbs_conn *c, void *local, uint32_t lkey, uint32
         return false;
     }
     c->sq_out++;
+    return true;
+}
+
+/* Receiver: posts one RDMA READ of len bytes from the sender's remote (rkey)
+ * into local (lkey).  Returns false (c failed) when the post is refused. */
+static bool verbs_read(struct verbs_conn *c, void *local, uint32_t lkey, uint32_t len,
+                       uint64_t remote, uint32_t rkey)
+{
+    struct ibv_sge sge = {.addr = (uint64_t)(uintptr_t)local, .length = len, .lkey = lkey};
+    struct ibv_send_wr wr = {
+        .wr_id = VERBS_WR_READ,
+        .sg_list = &sge,
+        .num_sge = 1,
+        .opcode = IBV_WR_RDMA_READ,
+        .send_flags = IBV_SEND_SIGNALED,
+        .wr.rdma = {.remote_addr = remote, .rkey = rkey},
+    }, *bad;
+    int err = ibv_post_send(c->qp, &wr, &bad);
+    if (err) {
+        snprintf(c->err, sizeof(c->err), "ibv_post_send (RDMA read): %s", strerror(err));
+        c->base.err_text = c->err;
+        c->failed = collSystemError;
+        return false;
+    }
+    c->sq_out++;
+    c->reads_out++;
     return true;
 }
 
@@ -676,6 +815,42 @@ static bool verbs_progress_send(struct verbs_conn *c)
         return false;
     for (uint64_t q = c->head; q < c->tail; q++) {
         struct verbs_req *r = &c->reqs[q % VERBS_REQ_CAP];
+        if (r->rdv == RDV_WANT) {
+            if (c->filled - c->credit >= c->nslots)
+                break;
+            uint32_t s = (uint32_t)(c->filled % c->nslots);
+            struct verbs_rts a = {.magic = VERBS_RTS_MAGIC, .rkey = r->mr->rkey,
+                                  .addr = (uint64_t)(uintptr_t)r->buf, .len = r->size};
+            memcpy(c->ring + (size_t)s * c->slot_bytes, &a, sizeof(a));
+            c->len[s] = sizeof(a);
+            c->rts[s] = true;
+            r->rts_slot = c->filled++;
+            r->rdv = RDV_ANNOUNCED;
+            c->nak = false;
+            moved = true;
+        }
+        if (r->rdv == RDV_ANNOUNCED) {
+            if (c->credit <= r->rts_slot)
+                break; /* nothing is staged behind an open announcement */
+            moved = true;
+            if (!c->nak) { /* the receiver reads it */
+                r->rdv = RDV_ACCEPTED;
+                r->rdv_seq = c->rdv_accepted++;
+            } else {
+                r->rdv = RDV_NONE;
+                c->ctx->rdv_refused++;
+            }
+        }
+        if (r->rdv == RDV_ACCEPTED) {
+            if (c->rdv_done > r->rdv_seq) { /* read: done */
+                r->rdv = RDV_NONE;
+                r->done_bytes = r->size;
+                r->end = r->rts_slot + 1;
+                c->ctx->rdv_sent++;
+                moved = true;
+            }
+            continue;
+        }
         while (r->done_bytes < r->size && c->filled - c->credit < c->nslots) {
             size_t k = r->size - r->done_bytes;
             if (k > c->slot_bytes)
@@ -683,6 +858,7 @@ static bool verbs_progress_send(struct verbs_conn *c)
             uint32_t s = (uint32_t)(c->filled % c->nslots);
             memcpy(c->ring + (size_t)s * c->slot_bytes, r->buf + r->done_bytes, k);
             c->len[s] = (uint32_t)k;
+            c->rts[s] = false;
             r->done_bytes += k;
             c->filled++;
             moved = true;
@@ -692,11 +868,22 @@ static bool verbs_progress_send(struct verbs_conn *c)
         if (r->end == 0)
             r->end = c->filled;
     }
+    /* Every announcement the credits passed was resolved above (none sits
+     * behind a request still staging): more DONEs than accepted sends are the
+     * peer's error. */
+    if (c->rdv_done > c->rdv_accepted) {
+        snprintf(c->err, sizeof(c->err), "rank counted %llu rendezvous reads done of %llu "
+                 "accepted", (unsigned long long)c->rdv_done,
+                 (unsigned long long)c->rdv_accepted);
+        c->base.err_text = c->err;
+        c->failed = collRemoteError;
+        return false;
+    }
     while (c->up && c->posted < c->filled && c->sq_out < c->send_depth) {
         uint32_t s = (uint32_t)(c->posted % c->nslots);
         size_t off = (size_t)s * c->slot_bytes;
         if (!verbs_write(c, c->ring + off, c->ring_mr->lkey, c->len[s], c->remote_addr + off,
-                         c->len[s]))
+                         c->len[s] | (c->rts[s] ? VERBS_IMM_RTS : 0)))
             return false;
         c->posted++;
         moved = true;
@@ -709,13 +896,20 @@ static bool verbs_progress_send(struct verbs_conn *c)
 static bool verbs_return_credit(struct verbs_conn *c, bool always)
 {
     uint64_t owed = c->next - c->credit_sent;
-    if (owed == 0 || (!always && owed < (c->nslots + 1) / 2) || c->sq_out >= c->send_depth)
+    always = always || c->credit_now;
+    if ((owed == 0 && c->done_owed == 0) || (!always && owed < (c->nslots + 1) / 2) ||
+        c->sq_out >= c->send_depth)
         return true;
     *c->word = c->next;
-    if (!verbs_write(c, c->word, c->word_mr->lkey, sizeof(*c->word), c->remote_addr,
-                     (uint32_t)c->next))
+    uint32_t done = c->done_owed < VERBS_IMM_DONE_MAX ? c->done_owed : VERBS_IMM_DONE_MAX;
+    uint32_t imm = ((uint32_t)c->next & VERBS_IMM_COUNT) | (done << VERBS_IMM_DONE_SHIFT) |
+                   (c->nak_owed ? VERBS_IMM_NAK : 0);
+    if (!verbs_write(c, c->word, c->word_mr->lkey, sizeof(*c->word), c->remote_addr, imm))
         return false;
     c->credit_sent = c->next;
+    c->done_owed -= done;
+    c->nak_owed = false;
+    c->credit_now = c->done_owed > 0;
     return true;
 }
 
@@ -740,6 +934,53 @@ static void verbs_release(struct verbs_conn *c, size_t len)
     c->next++;
 }
 
+/* Receiver: whether the next slot has arrived and holds an announcement; its
+ * checked contents in *a.  Returns -1 (c failed) for a malformed one. */
+static int verbs_next_rts(struct verbs_conn *c, struct verbs_rts *a)
+{
+    if (c->arrived == c->next || !c->rts[c->next % c->nslots])
+        return 0;
+    uint32_t s = (uint32_t)(c->next % c->nslots);
+    const char *why = "";
+    if (verbs_wire_rts(c->ring + (size_t)s * c->slot_bytes, c->len[s], a, &why) !=
+        COLL_WIRE_OK) {
+        snprintf(c->err, sizeof(c->err), "rank sent a bad rendezvous announcement: %s", why);
+        c->base.err_text = c->err;
+        c->failed = collRemoteError;
+        return -1;
+    }
+    return 1;
+}
+
+/* Receiver: declines the announcement in the next slot: the sender streams the
+ * message through the slots that follow, told at once. */
+static void verbs_decline_rts(struct verbs_conn *c)
+{
+    c->ctx->rdv_declined++;
+    c->next++;
+    c->nak_owed = true;
+    c->credit_now = true;
+}
+
+/* Receiver: posts the reads of r's announced message that the send queue has
+ * room for. */
+static bool verbs_post_reads(struct verbs_conn *c, struct verbs_req *r)
+{
+    size_t chunk = c->ctx->dev.max_msg_sz != 0 && c->ctx->dev.max_msg_sz < VERBS_READ_MAX
+                       ? c->ctx->dev.max_msg_sz
+                       : VERBS_READ_MAX;
+    while (r->read_posted < r->rts.len && c->sq_out + 1 < c->send_depth) {
+        size_t k = (size_t)r->rts.len - r->read_posted;
+        if (k > chunk)
+            k = chunk;
+        if (!verbs_read(c, r->buf + r->done_bytes + r->read_posted, r->mr->lkey, (uint32_t)k,
+                        r->rts.addr + r->read_posted, r->rts.rkey))
+            return false;
+        r->read_posted += k;
+    }
+    return true;
+}
+
 static bool verbs_progress_recv(struct verbs_conn *c)
 {
     bool moved = false;
@@ -748,6 +989,40 @@ static bool verbs_progress_recv(struct verbs_conn *c)
     for (uint64_t q = c->head; q < c->tail; q++) {
         struct verbs_req *r = &c->reqs[q % VERBS_REQ_CAP];
         while (r->done_bytes < r->size) {
+            if (r->rdv == RDV_READING) {
+                if (!verbs_post_reads(c, r))
+                    return false;
+                if (r->read_posted < r->rts.len || c->reads_out > 0)
+                    goto out;
+                /* Read: the sender is told at once (its slot went back when
+                 * the reads began). */
+                r->done_bytes += (size_t)r->rts.len;
+                r->rdv = RDV_NONE;
+                c->ctx->rdv_read++;
+                c->done_owed++;
+                c->credit_now = true;
+                moved = true;
+                continue;
+            }
+            struct verbs_rts a;
+            int rts = verbs_next_rts(c, &a);
+            if (rts < 0)
+                return false;
+            if (rts > 0) {
+                /* Read in place when this receive is registered and holds the
+                 * whole message; else the sender streams it. */
+                if (r->mr != NULL && a.len <= r->size - r->done_bytes) {
+                    r->rts = a;
+                    r->read_posted = 0;
+                    r->rdv = RDV_READING;
+                    c->next++; /* the slot goes back at once: the next announcement */
+                    c->credit_now = true;
+                } else {
+                    verbs_decline_rts(c);
+                }
+                moved = true;
+                continue;
+            }
             size_t k;
             const char *src = verbs_fragment(c, r->size - r->done_bytes, &k);
             if (src == NULL)
@@ -791,7 +1066,8 @@ static collResult_t verbs_check_alive(struct verbs_conn *c, bool moved, bool gon
     return c->failed;
 }
 
-static collResult_t verbs_post(struct coll_conn *base, void *buf, size_t n, struct coll_req **r_p)
+static collResult_t verbs_post(struct coll_conn *base, void *buf, size_t n, void *mh,
+                              struct coll_req **r_p)
 {
     struct verbs_conn *c = coll_container_of(base, struct verbs_conn, base);
     if (c->failed != collSuccess)
@@ -804,6 +1080,15 @@ static collResult_t verbs_post(struct coll_conn *base, void *buf, size_t n, stru
     }
     struct verbs_req *r = &c->reqs[c->tail % VERBS_REQ_CAP];
     *r = (struct verbs_req){.base.conn = base, .buf = buf, .size = n};
+    /* A handle is used when it covers the buffer (the cache registers whole
+     * regions), and for sends only from the rendezvous size. */
+    struct ibv_mr *mr = mh;
+    uintptr_t b = (uintptr_t)buf, m0 = mr ? (uintptr_t)mr->addr : 0;
+    if (mr != NULL && b >= m0 && n <= mr->length && b - m0 <= mr->length - n &&
+        (!base->is_send || n >= c->ctx->rdv_bytes)) {
+        r->mr = mr;
+        r->rdv = base->is_send ? RDV_WANT : RDV_NONE;
+    }
     c->tail++;
     if (base->is_send)
         (void)verbs_progress_send(c); /* start at once; a failure is sticky */
@@ -814,13 +1099,13 @@ static collResult_t verbs_post(struct coll_conn *base, void *buf, size_t n, stru
 static collResult_t verbs_isend(struct coll_conn *c, const void *buf, size_t n, void *mh,
                                 struct coll_req **r_p)
 {
-    return verbs_post(c, (void *)(uintptr_t)buf, n, r_p);
+    return verbs_post(c, (void *)(uintptr_t)buf, n, mh, r_p);
 }
 
 static collResult_t verbs_irecv(struct coll_conn *c, void *buf, size_t n, void *mh,
                                 struct coll_req **r_p)
 {
-    return verbs_post(c, buf, n, r_p);
+    return verbs_post(c, buf, n, mh, r_p);
 }
 
 static collResult_t verbs_test(struct coll_req *rbase, bool *done_p, size_t *n_p)
@@ -903,11 +1188,23 @@ static collResult_t verbs_recv_peek(struct coll_conn *base, size_t want, const v
     }
     bool gone = c->peer_gone;
     bool moved = false;
-    *p = verbs_fragment(c, want, len_p);
-    if (*p == NULL) {
-        if (!verbs_poll(c, &moved))
+    /* A lent receive has no registered buffer to read into: an announced
+     * message is declined, and comes through the slots. */
+    struct verbs_rts a;
+    for (int pass = 0; pass < 2; pass++) {
+        int rts;
+        while ((rts = verbs_next_rts(c, &a)) > 0) {
+            verbs_decline_rts(c);
+            (void)verbs_return_credit(c, true); /* a failure is sticky */
+            moved = true;
+        }
+        if (rts < 0 || c->failed != collSuccess)
             return c->failed;
         *p = verbs_fragment(c, want, len_p);
+        if (*p != NULL || pass == 1)
+            break;
+        if (!verbs_poll(c, &moved))
+            return c->failed;
     }
     c->peeked = *p ? *len_p : 0;
     if (*p == NULL)
@@ -958,7 +1255,7 @@ static collResult_t verbs_close(struct coll_conn *base)
 const struct coll_transport coll_verbs_transport = {
     .abi = COLL_TRANSPORT_ABI,
     .name = "verbs",
-    .caps = COLL_TP_CAP_HOST_MEM,
+    .caps = COLL_TP_CAP_HOST_MEM | COLL_TP_CAP_NEEDS_REG,
     /* Not fitted yet (only Soft-RoCE was at hand, where the CPU does the
      * device's work): a message costs a post and a completion, less than a
      * TCP system call; a wake-up is a completion event read from the kernel.
@@ -973,6 +1270,8 @@ const struct coll_transport coll_verbs_transport = {
     .listen = verbs_listen,
     .connect = verbs_connect,
     .accept = verbs_accept,
+    .reg = verbs_reg,
+    .dereg = verbs_dereg,
     .isend = verbs_isend,
     .irecv = verbs_irecv,
     .test = verbs_test,

@@ -229,7 +229,9 @@ collResult_t verbs_qp_create(struct verbs_dev *d, struct ibv_cq *cq, uint32_t se
         .qp_state = IBV_QPS_INIT,
         .pkey_index = 0,
         .port_num = d->port,
-        .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE,
+        /* Remote read: a receiver reads rendezvous messages from the sender. */
+        .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                           IBV_ACCESS_LOCAL_WRITE,
     };
     if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
                                   IBV_QP_ACCESS_FLAGS) != 0) {

@@ -34,6 +34,27 @@ int verbs_wire_hello(const void *buf, size_t got, const void *arg, const char **
     return COLL_WIRE_OK;
 }
 
+enum coll_wire_verdict verbs_wire_rts(const void *buf, size_t len, struct verbs_rts *out,
+                                      const char **why_p)
+{
+    struct verbs_rts r;
+    if (len != sizeof(r)) {
+        *why_p = "verbs rendezvous announcement of the wrong size";
+        return COLL_WIRE_BAD_FIELD;
+    }
+    memcpy(&r, buf, sizeof(r));
+    if (r.magic != VERBS_RTS_MAGIC) {
+        *why_p = "verbs rendezvous announcement without its magic";
+        return COLL_WIRE_BAD_MAGIC;
+    }
+    if (r.len == 0 || r.addr + r.len < r.addr) {
+        *why_p = "verbs rendezvous announcement of an empty or wrapping range";
+        return COLL_WIRE_BAD_FIELD;
+    }
+    *out = r;
+    return COLL_WIRE_OK;
+}
+
 enum coll_wire_verdict verbs_wire_handle(const void *buf, size_t len, struct verbs_handle *out,
                                          const char **why_p)
 {

@@ -48,6 +48,33 @@ struct verbs_hello {
     uint32_t credit_rkey;
 };
 
+/* Rendezvous (verbs.c): a slot written with VERBS_IMM_RTS in its immediate holds
+ * a verbs_rts instead of data: the message of len bytes waits in the sender's
+ * registered memory, for the receiver to RDMA READ.  The receiver's credit that
+ * releases that slot carries VERBS_IMM_NAK when it will not read it: the sender
+ * then streams the message through the slots as usual; without it the receiver
+ * reads, and a later credit counts the reads it finished in VERBS_IMM_DONE
+ * (oldest first).  Credits count in the low 24 bits. */
+#define VERBS_RTS_MAGIC 0x53545256u /* "VRTS" */
+#define VERBS_IMM_RTS (1u << 31)
+#define VERBS_IMM_NAK (1u << 31)
+#define VERBS_IMM_DONE_SHIFT 24
+#define VERBS_IMM_DONE_MAX 127u
+#define VERBS_IMM_COUNT 0xffffffu
+
+struct verbs_rts {
+    uint32_t magic;
+    uint32_t rkey;
+    uint64_t addr;
+    uint64_t len;
+};
+
+/* A slot announced as an RTS (len bytes of it): magic, a length of at least one
+ * byte, and an address range that does not wrap.  The receiver bounds what it
+ * reads by its own buffer; the rkey is the device's to check. */
+enum coll_wire_verdict verbs_wire_rts(const void *buf, size_t len, struct verbs_rts *out,
+                                      const char **why_p);
+
 /* What the check of a hello needs to know of the listener. */
 struct verbs_wire_ctx {
     const uint8_t *secret;
