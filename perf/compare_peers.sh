@@ -27,8 +27,9 @@
 #        CEIL_RUNS=9  timed runs per ceiling size (shm mode; best of them is reported)
 #        BASE_BUILD  another build of ours (say, of the commit before a change): every run of
 #                ours is paired with the same run of it, the two in turn (the order swapped
-#                every repetition), and a last table gives after / before per (n, size) with
-#                the lowest ratio; the change is then judged in one sitting, beside the peers
+#                every repetition), and a last table gives the best times and their ratio
+#                before / after per (n, size) (above 1: faster now) with the lowest; the change is then judged in one sitting, beside the peers
+#        NO_PEERS=1  ours only (with BASE_BUILD: before against after, no peers built or run)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -90,6 +91,8 @@ ours=coll # log name of ours
 need=(mpi_coll_perf_ompi)
 if [ "$MODE" = tcp ]; then need+=(gloo_coll_perf); else need+=(ceil_memcpy ceil_reduce); fi
 missing=0
+NO_PEERS=${NO_PEERS:-0}
+[ "$NO_PEERS" = 1 ] && need=()
 for b in "${need[@]}"; do [ -x "$PEERS_WORK/bin/$b" ] || missing=1; done
 if [ "$missing" = 1 ]; then
     # build.sh builds every peer, Gloo's too, so it needs libgloo-dev in both modes
@@ -139,7 +142,7 @@ run_ours() { # name-suffix n size bytes [allreduce_perf args]: ours, and BASE_BU
 # Single-core ceilings (shm mode): best of CEIL_RUNS runs at 1 MiB and at 64 MiB, before the
 # sweeps so that they do not share the CPUs with them.
 CEIL_BYTES="1048576 67108864"
-if [ "$MODE" = shm ]; then
+if [ "$MODE" = shm ] && [ "$NO_PEERS" != 1 ]; then
     echo "# ours: COLL_TRANSPORTS=$COLL_TRANSPORTS; Open MPI: --mca pml ob1 --mca btl self,vader"
     echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
     for b in $CEIL_BYTES; do
@@ -159,6 +162,7 @@ for rep_no in $(seq "$REPS"); do
                 # the same with buffers from collMemAlloc: the direct allreduce
                 run_ours _mem "$n" "$size" "$b" -R 1
             fi
+            [ "$NO_PEERS" = 1 ] && continue
             if [ "$MODE" = shm ]; then
                 run ompi_shm "$n" "$size" mpirun.openmpi -np "$n" --oversubscribe --mca pml ob1 \
                     --mca btl self,vader \
@@ -190,20 +194,22 @@ besttime() { # lowest time (us) over the reps
     awk -v s="$b" '$1 == s {if (m == "" || $6 + 0 < m) m = $6 + 0} END {if (m == "") print "-"; else print m}' "$log"
 }
 
-# After / before (BASE_BUILD): one row per (n, size), the lowest ratio last.
+# After / before (BASE_BUILD): one row per (n, size) with the best time of each (busbw has
+# two decimals, too few at small sizes), the speed ratio before time / after time (above 1:
+# faster now), and the lowest ratio last.
 base_table() {
     [ -n "${BASE_BUILD:-}" ] || return 0
     echo
     echo "## This build against BASE_BUILD ($BASE_BUILD), the same runs in turn"
     echo
-    echo "| n | size | before busbw | after busbw | after / before | -R 1 before | -R 1 after | after / before |"
+    echo "| n | size | before us | after us | before / after | -R 1 before us | -R 1 after us | before / after |"
     echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
-    local lo=99 at="" n size a z r ma mz mr
+    local lo=99 at="" n size a z r ma mz mr x
     for n in $NS; do
         for size in $SIZES; do
-            a=$(best "${ours}_base" "$n" "$size"); z=$(best "$ours" "$n" "$size")
-            ma=$(best "${ours}_mem_base" "$n" "$size"); mz=$(best "${ours}_mem" "$n" "$size")
-            r=$(frac "$z" "$a"); mr=$(frac "$mz" "$ma")
+            a=$(besttime "${ours}_base" "$n" "$size"); z=$(besttime "$ours" "$n" "$size")
+            ma=$(besttime "${ours}_mem_base" "$n" "$size"); mz=$(besttime "${ours}_mem" "$n" "$size")
+            r=$(frac "$a" "$z"); mr=$(frac "$ma" "$mz")
             for x in $r $mr; do
                 if [ "$x" != "-" ] && awk -v x="$x" -v l="$lo" 'BEGIN {exit !(x < l)}'; then
                     lo=$x; at="n=$n size=$size"
@@ -213,7 +219,7 @@ base_table() {
         done
     done
     echo
-    echo "lowest after / before: $lo ($at)"
+    echo "lowest before / after: $lo ($at)"
 }
 frac() { awk -v a="$1" -v b="$2" 'BEGIN {if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "-"}'; }
 
@@ -254,6 +260,11 @@ for n in $NS; do
         echo "| $n | $size | $c | $o | $ratio | $t | $m | $mratio |"
     done
 done
+
+if [ "$NO_PEERS" = 1 ]; then # no ceilings measured, nothing to plot against
+    base_table
+    exit 0
+fi
 
 # ceiling value: memcpy -> bytes copied / s; sum -> float32 a+=b output bytes / s; sumrw -> 3x that
 ceil_of() { # kind bytes -> best GB/s
