@@ -61,7 +61,8 @@
  *             With reg (verbs): device memory without COLL_TP_CAP_CUDA_MEM is
  *             refused with a NULL handle; an empty range (outside the contract:
  *             the core never registers one) does not crash, and a handle it
- *             gives deregisters.  Then, for every transport (NULL handles
+ *             gives deregisters (rxe refuses NULL, 0 B and gives a buffer of
+ *             0 B a handle).  Then, for every transport (NULL handles
  *             without reg): sizes 0 B to 4 MiB + 5 around verbs' rendezvous
  *             threshold (COLL_IB_RDV_BYTES) both ways at once, sent registered
  *             to a registered receive (the rendezvous read), to an unregistered
