@@ -49,17 +49,36 @@
  *             within 10 s, no success and no hang; idle connections close cleanly
  *   kill      the same with the other rank a forked process killed (SIGKILL)
  *             mid-message, both ways; a connect to the dead rank's handle fails
- *             within 10 s
+ *             within 10 s.  With reg, also a sender killed with a registered
+ *             send announced (the survivor's registered receive then reads from
+ *             the dead rank) and a receiver killed while it reads one
  *   handles   connect with a garbage handle (zeros, 0xff, random, the valid one
  *             with byte 0, the magic of every transport here, flipped, the valid
  *             one cut after 8 bytes) and with the other transports' handles: an
  *             error, no crash, within 10 s; can_connect on them says no (or
  *             fails) and yes on the peer's own handle
- *
- * TODO registration: reg/dereg are in the interface but unused, and are being
- * rewritten as reg(ctx, buf, len, memtype, &mh); their case (register, send from
- * and receive into registered memory, dereg, a NULL mh meaning unregistered) is
- * to come with the new signature, not tested against the old one.
+ *   reg       COLL_TP_CAP_NEEDS_REG exactly when reg and dereg are both set.
+ *             With reg (verbs): device memory without COLL_TP_CAP_CUDA_MEM is
+ *             refused with a NULL handle; an empty range (outside the contract:
+ *             the core never registers one) does not crash, and a handle it
+ *             gives deregisters (rxe refuses NULL, 0 B and gives a buffer of
+ *             0 B a handle).  Then, for every transport (NULL handles
+ *             without reg): sizes 0 B to 4 MiB + 5 around verbs' rendezvous
+ *             threshold (COLL_IB_RDV_BYTES) both ways at once, sent registered
+ *             to a registered receive (the rendezvous read), to an unregistered
+ *             one and to a lent one (both declined: the bytes stream through
+ *             the slots), and unregistered to a registered one; buffers off
+ *             alignment, a receive's registration taking in its guard (still
+ *             untouched); 8 in flight each way, registered and not in turn;
+ *             a send's handle deregistered and its buffer overwritten once it
+ *             completed, the receive still getting what was sent; one buffer
+ *             registered twice, both handles usable, the second after the first
+ *             is released; shutdown() from another thread of a registered send
+ *             announced and unreceived, of one being read (with reg), and of a
+ *             registered receive: fails within 2 s, the peer's request ends
+ *             within 10 s (failed, or done with every byte).  Sizes always
+ *             match: a receive of another size than the send is the core's
+ *             error, never given to a transport
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -217,6 +236,9 @@ struct op {
     struct coll_conn *c;
     size_t n;
     uint8_t *buf;          /* send: the bytes; receive: n + GUARD */
+    uint8_t *mem;          /* what buf lies in, freed by op_free */
+    void *mh;              /* the handle posted with it: NULL, unregistered */
+    void *mh_ctx;          /* when op_free deregisters mh: its context */
     const uint8_t *want;   /* receive: what must arrive; NULL: not checked */
     struct coll_req *r;
     struct coll_req stand_in; /* OP_PEEK: what waits are given */
@@ -258,6 +280,7 @@ static uint8_t *xmalloc(size_t n)
 static void op_send(struct op *o, struct coll_conn *c, size_t n, uint64_t seed)
 {
     *o = (struct op){.kind = OP_SEND, .c = c, .n = n, .buf = xmalloc(n)};
+    o->mem = o->buf;
     fill(o->buf, n, seed);
 }
 
@@ -266,23 +289,55 @@ static void op_recv(struct op *o, enum op_kind kind, struct coll_conn *c, size_t
                     const uint8_t *want)
 {
     *o = (struct op){.kind = kind, .c = c, .n = n, .buf = xmalloc(n + GUARD), .want = want};
+    o->mem = o->buf;
     memset(o->buf, 0x5a, n);
     memset(o->buf + n, 0xa5, GUARD);
     o->stand_in.conn = c;
 }
 
+/* Moves o's buffer to `skew` bytes past an aligned address (its contents kept),
+ * before it is registered or posted: user buffers need not be aligned. */
+static void op_skew(struct op *o, size_t skew)
+{
+    size_t len = o->n + (o->kind == OP_SEND ? 0 : GUARD);
+    uint8_t *m = xmalloc(len + skew);
+    memcpy(m + skew, o->buf, len);
+    free(o->mem);
+    o->mem = m;
+    o->buf = m + skew;
+}
+
+/* Registers [buf, buf+len) of o's buffer with ctx (len >= n: a receive's may
+ * take in the guard, which must stay untouched all the same); o posts with the
+ * handle and op_free deregisters it.  A transport without reg (shm, tcp) is
+ * given NULL, as the core gives it. */
+static void op_reg(struct op *o, void *ctx, size_t len)
+{
+    if (tp->reg == NULL)
+        return;
+    void *mh = NULL;
+    collResult_t res = tp->reg(ctx, o->buf, len ? len : 1, COLL_MEM_HOST, &mh);
+    CHECK_MSG(res == collSuccess && mh != NULL, "reg of %zu B of host memory: %s, handle %p",
+              len, collGetErrorString(res), mh);
+    o->mh = res == collSuccess ? mh : NULL;
+    o->mh_ctx = o->mh ? ctx : NULL;
+}
+
 static void op_free(struct op *o)
 {
-    free(o->buf);
-    o->buf = NULL;
+    if (o->mh_ctx != NULL)
+        tp->dereg(o->mh_ctx, o->mh);
+    o->mh = o->mh_ctx = NULL;
+    free(o->mem);
+    o->buf = o->mem = NULL;
 }
 
 static void op_post(struct op *o)
 {
     if (o->kind == OP_SEND)
-        o->res = tp->isend(o->c, o->buf, o->n, NULL, &o->r);
+        o->res = tp->isend(o->c, o->buf, o->n, o->mh, &o->r);
     else if (o->kind == OP_RECV)
-        o->res = tp->irecv(o->c, o->buf, o->n, NULL, &o->r);
+        o->res = tp->irecv(o->c, o->buf, o->n, o->mh, &o->r);
     if (o->res != collSuccess)
         o->r = NULL;
 }
@@ -838,7 +893,8 @@ static void case_wake(void)
  * driven in another thread with the long tick): it must fail within 2 s. */
 static void shutdown_check(struct op *waiter, struct coll_conn *c, const char *what)
 {
-    op_post(waiter);
+    if (!op_pending(waiter) && !waiter->done)
+        op_post(waiter); /* unless the caller has posted it */
     CHECK_MSG(waiter->res == collSuccess, "%s: the post failed", what);
     struct driver d = {.ops = waiter, .nops = 1, .tick_ms = LONG_TICK_MS};
     driver_start(&d);
@@ -1003,7 +1059,12 @@ static bool stuck_after(struct op *o, int ms)
  * it on out.  dir 0: it connects to rank 0 and, once rank 0 says it accepted,
  * sends HALF_BIG bytes nobody receives yet, says 'r' when its send is stuck
  * part way, and drives it until killed.  dir 1: it accepts rank 0's connection,
- * says 'a', and takes nothing until killed. */
+ * says 'a', and takes nothing until killed.  Only with reg: dir 2 is dir 0 with
+ * the send registered (announced, and stuck until a receive reads it); dir 3
+ * is dir 1 which, told 'p' (rank 0 posted a registered send), posts a
+ * registered receive, tests it once (the reads begin; they are counted done
+ * only at its next test, so rank 0's send stays pending), says 'r' and
+ * waits to be killed. */
 static void kill_child(const collUniqueId *id, int dir, int in, int out)
 {
     prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -1011,7 +1072,7 @@ static void kill_child(const collUniqueId *id, int dir, int in, int out)
     if (!side_open(&me, 2, 1, id))
         _exit(TEST_SKIP);
     struct coll_conn *c = NULL;
-    if (dir == 0) {
+    if (dir % 2 == 0) {
         side_arm(&me, 10000);
         if (tp->connect(me.ctx, side_peer_handle(&me, 0), 0, &c) !=
                 collSuccess ||
@@ -1019,14 +1080,27 @@ static void kill_child(const collUniqueId *id, int dir, int in, int out)
             _exit(1);
         struct op o;
         op_send(&o, c, HALF_BIG, 41);
+        if (dir == 2)
+            op_reg(&o, me.ctx, HALF_BIG);
         op_post(&o);
-        if (!stuck_after(&o, 500) || write(out, "r", 1) != 1)
+        if ((dir == 2 && o.mh == NULL) || !stuck_after(&o, 500) || write(out, "r", 1) != 1)
             _exit(1);
         drive(&o, 1, 30000, CORE_TICK_MS, NULL);
         _exit(2); /* it should have been killed first */
     }
     if (accept_within(&me, 10000, &c) != collSuccess || c == NULL || write(out, "a", 1) != 1)
         _exit(1);
+    if (dir == 3) {
+        struct op o;
+        op_recv(&o, OP_RECV, c, HALF_BIG, NULL);
+        op_reg(&o, me.ctx, HALF_BIG);
+        if (o.mh == NULL || read_byte(in, 10000) != 'p')
+            _exit(1);
+        sleep_ms(100); /* the announcement arrives */
+        op_post(&o);
+        if (o.res != collSuccess || op_step(&o) || write(out, "r", 1) != 1)
+            _exit(1);
+    }
     sleep(30);
     _exit(2);
 }
@@ -1035,8 +1109,12 @@ static void kill_child(const collUniqueId *id, int dir, int in, int out)
  * in the transport's buffers is there, the rest never comes. */
 static void case_kill(void)
 {
-    for (int dir = 0; dir < 2; dir++) {
-        const char *what = dir == 0 ? "sender killed mid-message" : "receiver killed mid-message";
+    static const char *const whats[4] = {
+        "sender killed mid-message", "receiver killed mid-message",
+        "sender killed with a registered send announced",
+        "receiver killed reading a registered send"};
+    for (int dir = 0; dir < (tp->reg ? 4 : 2); dir++) {
+        const char *what = whats[dir];
         collUniqueId id;
         REQUIRE(collGetUniqueId(&id) == collSuccess);
         int down[2], up[2];
@@ -1061,26 +1139,32 @@ static void case_kill(void)
         struct op o;
         struct coll_conn *c = NULL;
         bool caught = false;
-        if (dir == 0) {
+        if (dir % 2 == 0) {
             CHECK_RES(accept_within(&me, 10000, &c), collSuccess, me.comm);
             if (c != NULL && write(down[1], "a", 1) == 1)
                 caught = read_byte(up[0], 10000) == 'r';
             op_recv(&o, OP_RECV, c, HALF_BIG, NULL);
+            if (dir == 2)
+                op_reg(&o, me.ctx, HALF_BIG); /* it reads from the dead rank */
         } else {
             side_arm(&me, 10000);
             CHECK_RES(tp->connect(me.ctx, side_peer_handle(&me, 1), 1, &c),
                       collSuccess, me.comm);
             op_send(&o, c, HALF_BIG, 42);
+            if (dir == 3)
+                op_reg(&o, me.ctx, HALF_BIG);
             if (c != NULL && read_byte(up[0], 10000) == 'a') {
                 op_post(&o);
-                caught = stuck_after(&o, 500);
+                if (dir == 3)
+                    caught = write(down[1], "p", 1) == 1 && read_byte(up[0], 10000) == 'r';
+                caught = (dir != 3 || caught) && stuck_after(&o, 500);
             }
         }
         CHECK_MSG(caught, "%s: could not catch a %u B message half through", what, HALF_BIG);
         kill(pid, SIGKILL);
         waitpid(pid, NULL, 0);
         if (caught) {
-            if (dir == 0)
+            if (dir % 2 == 0)
                 op_post(&o); /* the receive meets what the dead sender left */
             survivor_fails(&o, what);
         }
@@ -1171,6 +1255,341 @@ static void case_handles(void)
     sides_close(2, s);
 }
 
+/* --- registration --- */
+
+/* Verbs' rendezvous threshold (COLL_IB_RDV_BYTES, 128 KiB by default), which the
+ * reg case's sizes are placed around; the default when it is off. */
+static size_t rdv_threshold(void)
+{
+    int64_t t = coll_param_int(COLL_PARAM_IB_RDV_BYTES);
+    return t > 0 && t <= (1 << 20) ? (size_t)t : 131072;
+}
+
+/* How a message of the reg case is sent and taken. */
+struct reg_mode {
+    bool send_reg;
+    enum op_kind rkind;
+    bool recv_reg;
+    const char *name;
+};
+
+static const struct reg_mode reg_modes[] = {
+    {true, OP_RECV, true, "registered -> registered"},
+    {true, OP_RECV, false, "registered -> unregistered"},
+    {false, OP_RECV, true, "unregistered -> registered"},
+    {true, OP_PEEK, false, "registered -> lent"},
+};
+#define NMODES ((int)(sizeof(reg_modes) / sizeof(reg_modes[0])))
+
+/* A message of n bytes on l in mode m: o[0] the send, o[1] the receive, each
+ * registered with its own rank's context as m says.  Variant v: bit 0 moves
+ * both buffers off alignment, bit 1 lets the receive's registration take in its
+ * guard (the transport must still write n bytes only). */
+static void reg_pair(struct op o[2], struct link *l, size_t n, const struct reg_mode *m,
+                     uint64_t seed, int v)
+{
+    op_send(&o[0], l->s, n, seed);
+    op_recv(&o[1], m->rkind, l->r, n, NULL);
+    if (v & 1) {
+        op_skew(&o[0], 1 + (size_t)v);
+        op_skew(&o[1], 3 + (size_t)v);
+    }
+    o[1].want = o[0].buf;
+    if (m->send_reg)
+        op_reg(&o[0], l->from->ctx, n);
+    if (m->recv_reg)
+        op_reg(&o[1], l->to->ctx, v & 2 ? n + GUARD : n);
+}
+
+/* What reg does with what it cannot register: device memory on a transport
+ * without COLL_TP_CAP_CUDA_MEM is refused with a NULL handle.  An empty range is
+ * outside the contract (the core never registers one: lib/regcache.c gives no
+ * handle for 0 bytes); reg must not crash on it, and a handle it gives back
+ * must dereg. */
+static void reg_refusals(struct side *s)
+{
+    uint8_t *buf = xmalloc(4096);
+    void *mh = (void *)&mh;
+    collResult_t res;
+    if (!(tp->caps & COLL_TP_CAP_CUDA_MEM)) {
+        res = tp->reg(s->ctx, buf, 4096, COLL_MEM_DEVICE, &mh);
+        CHECK_MSG(res != collSuccess && mh == NULL,
+                  "reg of device memory without COLL_TP_CAP_CUDA_MEM: %s, handle %p",
+                  collGetErrorString(res), mh);
+        if (res == collSuccess && mh != NULL)
+            tp->dereg(s->ctx, mh);
+    }
+    struct {
+        void *p;
+        const char *what;
+    } empty[2] = {{NULL, "NULL, 0 B"}, {buf, "a buffer, 0 B"}};
+    for (int i = 0; i < 2; i++) {
+        mh = (void *)&mh;
+        res = tp->reg(s->ctx, empty[i].p, 0, COLL_MEM_HOST, &mh);
+        CHECK_MSG(res == collSuccess ? mh != NULL : mh == NULL,
+                  "reg of %s: %s with handle %p", empty[i].what, collGetErrorString(res), mh);
+        if (verbose)
+            printf("  reg of %s: %s\n", empty[i].what,
+                   res == collSuccess ? "a handle" : collGetErrorString(res));
+        if (res == collSuccess && mh != NULL)
+            tp->dereg(s->ctx, mh);
+    }
+    free(buf);
+}
+
+/* Every mode at every size, both ways at once: every byte and the guard. */
+static void reg_sizes(struct link *ab, struct link *ba)
+{
+    size_t t = rdv_threshold();
+    const size_t rsizes[] = {0,         1,         4097,          t - 1,         t,
+                             t + 1,     t + 4093,  3 * t + 1,     (1u << 20) + 3,
+                             (4u << 20) + 5};
+    for (size_t i = 0; i < sizeof(rsizes) / sizeof(rsizes[0]); i++) {
+        for (int m = 0; m < NMODES; m++) {
+            const struct reg_mode *md = &reg_modes[m];
+            if (md->rkind == OP_PEEK && tp->recv_peek == NULL)
+                continue;
+            size_t n = rsizes[i];
+            struct op o[4];
+            int v = (int)(i % 4);
+            reg_pair(&o[0], ab, n, md, 600 + 8 * i + (size_t)m, v);
+            reg_pair(&o[2], ba, n, md, 700 + 8 * i + (size_t)m, 3 - v);
+            /* Receives first for even sizes, sends first for odd ones. */
+            int order[2][4] = {{1, 3, 0, 2}, {0, 2, 1, 3}};
+            for (int k = 0; k < 4; k++)
+                op_post(&o[order[i % 2][k]]);
+            int left = drive(o, 4, LIMIT_MS, CORE_TICK_MS, NULL);
+            char what[4][96];
+            for (int k = 0; k < 4; k++)
+                snprintf(what[k], sizeof(what[k]), "%s, %s%s", md->name,
+                         k < 2 ? "0 -> 1" : "1 -> 0", k % 2 ? "" : " (send)");
+            CHECK_MSG(left == 0, "%s: %zu B both ways: %d of 4 requests pending after %d s",
+                      md->name, n, left, LIMIT_MS / 1000);
+            for (int k = 0; k < 4; k++)
+                op_check(&o[k], what[k]);
+            for (int k = 0; k < 4; k++)
+                op_free(&o[k]);
+            if (test_failures)
+                return; /* one failure is enough to read */
+        }
+    }
+}
+
+/* 8 messages in flight each way, around the threshold, registered and not in
+ * turn (announced and streamed messages interleaved on one connection), sends
+ * posted first, then receives first. */
+static void reg_inflight(struct link *ab, struct link *ba)
+{
+    size_t t = rdv_threshold();
+    const size_t mix[8] = {t, 1000, (1u << 20) + 3, t - 1, 2 * t + 7, 1, t + 1,
+                           (2u << 20) + 9};
+    for (int round = 0; round < 2; round++) {
+        struct op o[32];
+        for (int k = 0; k < 16; k++) {
+            struct link *l = k < 8 ? ab : ba;
+            const struct reg_mode *m = &reg_modes[(k + round) % 3];
+            reg_pair(&o[2 * k], l, mix[k % 8], m, 800 + 16 * (uint64_t)round + (uint64_t)k,
+                     k % 4);
+        }
+        for (int k = 0; k < 32; k++) {
+            int send = round == 0 ? k < 16 : k >= 16;
+            op_post(&o[2 * (k % 16) + (send ? 0 : 1)]);
+        }
+        int left = drive(o, 32, LIMIT_MS, CORE_TICK_MS, NULL);
+        CHECK_MSG(left == 0, "8 in flight each way (%s first): %d pending",
+                  round ? "receives" : "sends", left);
+        for (int k = 0; k < 32; k++) {
+            char what[96];
+            snprintf(what, sizeof(what), "%s, message %d of 8 %s, %s first",
+                     reg_modes[(k / 2 + round) % 3].name, (k / 2) % 8, k < 16 ? "0 -> 1" : "1 -> 0",
+                     round ? "receives" : "sends");
+            op_check(&o[k], what);
+        }
+        for (int k = 0; k < 32; k++)
+            op_free(&o[k]);
+    }
+}
+
+/* A send's buffer is the user's again once test() reported it done: its
+ * handle deregistered and its bytes overwritten then, the receive still gets
+ * what was sent (a registered receive and an unregistered one, which may still
+ * be taking the message out of the slots). */
+static void reg_dereg_early(struct link *l)
+{
+    const size_t n[2] = {(1u << 20) + 3, (4u << 20) + 5};
+    for (int i = 0; i < 2; i++) {
+        struct op o[2];
+        reg_pair(o, l, n[i], &reg_modes[i], 900 + (uint64_t)i, 0);
+        uint8_t *want = xmalloc(n[i]);
+        memcpy(want, o[0].buf, n[i]);
+        o[1].want = want;
+        op_post(&o[1]);
+        op_post(&o[0]);
+        double t0 = now_s();
+        while (op_pending(&o[0]) && now_s() - t0 < LIMIT_MS / 1000.0) {
+            step(o, 2);
+            if (op_pending(&o[0]))
+                sleep_ms(1);
+        }
+        CHECK_MSG(o[0].done, "%s: %zu B send: %s", reg_modes[i].name, n[i],
+                  op_pending(&o[0]) ? "pending" : collGetErrorString(o[0].res));
+        if (o[0].mh_ctx)
+            tp->dereg(o[0].mh_ctx, o[0].mh);
+        o[0].mh = o[0].mh_ctx = NULL;
+        memset(o[0].buf, 0xc3, n[i]);
+        int left = drive(&o[1], 1, LIMIT_MS, CORE_TICK_MS, NULL);
+        CHECK_MSG(left == 0, "%s: %zu B receive pending after the send completed", reg_modes[i].name,
+                  n[i]);
+        op_check(&o[1], i ? "unregistered receive, the send's buffer reused"
+                          : "registered receive, the send's buffer reused");
+        /* So is a receive's, at once. */
+        if (o[1].mh_ctx)
+            tp->dereg(o[1].mh_ctx, o[1].mh);
+        o[1].mh = o[1].mh_ctx = NULL;
+        op_free(&o[0]);
+        op_free(&o[1]);
+        free(want);
+    }
+}
+
+/* The same buffers registered twice: two handles, each usable, the second
+ * still after the first is released. */
+static void reg_twice(struct link *l)
+{
+    if (tp->reg == NULL)
+        return;
+    size_t n = (1u << 20) + 3;
+    uint8_t *src = xmalloc(n), *dst = xmalloc(n + GUARD);
+    void *smh[2] = {NULL, NULL}, *rmh[2] = {NULL, NULL};
+    for (int k = 0; k < 2; k++) {
+        CHECK(tp->reg(l->from->ctx, src, n, COLL_MEM_HOST, &smh[k]) == collSuccess &&
+              smh[k] != NULL);
+        CHECK(tp->reg(l->to->ctx, dst, n + GUARD, COLL_MEM_HOST, &rmh[k]) == collSuccess &&
+              rmh[k] != NULL);
+    }
+    /* The send's and the receive's handle: first and second, second and first,
+     * then the second of each once the first is released. */
+    static const int use[3][2] = {{0, 1}, {1, 0}, {1, 1}};
+    for (int i = 0; i < 3 && !test_failures; i++) {
+        if (i == 2) { /* the first of each released: the second still works */
+            tp->dereg(l->from->ctx, smh[0]);
+            tp->dereg(l->to->ctx, rmh[0]);
+            smh[0] = rmh[0] = NULL;
+        }
+        struct op o[2] = {
+            {.kind = OP_SEND, .c = l->s, .n = n, .buf = src, .mh = smh[use[i][0]]},
+            {.kind = OP_RECV, .c = l->r, .n = n, .buf = dst, .want = src,
+             .mh = rmh[use[i][1]]},
+        };
+        fill(src, n, 950 + (uint64_t)i);
+        memset(dst, 0x5a, n);
+        memset(dst + n, 0xa5, GUARD);
+        op_post(&o[0]);
+        op_post(&o[1]);
+        int left = drive(o, 2, LIMIT_MS, CORE_TICK_MS, NULL);
+        CHECK_MSG(left == 0, "registered twice, pass %d: %d pending", i, left);
+        op_check(&o[1], "a buffer registered twice");
+        op_check(&o[0], "a buffer registered twice (send)");
+    }
+    for (int k = 0; k < 2; k++) {
+        if (smh[k])
+            tp->dereg(l->from->ctx, smh[k]);
+        if (rmh[k])
+            tp->dereg(l->to->ctx, rmh[k]);
+    }
+    free(src);
+    free(dst);
+}
+
+/* Drives o (the peer of a shut connection) for 10 s at most: it must end.
+ * Either way is right: failed, or done with every byte (a rendezvous read of a
+ * sender shut after announcing may still find its buffer there). */
+static void peer_of_shut_ends(struct op *o, const char *what)
+{
+    int left = drive(o, 1, 10000, CORE_TICK_MS, NULL);
+    CHECK_MSG(left == 0, "%s: still pending 10 s after its peer's shutdown", what);
+    if (o->res == collSuccess && o->done && o->kind != OP_SEND)
+        op_check(o, what);
+    if (verbose)
+        printf("  %s: %s\n", what, o->res == collSuccess ? "done" : collGetErrorString(o->res));
+}
+
+/* shutdown() from another thread while a rendezvous is pending: a registered
+ * send announced with no receive posted, one whose receiver has begun to read
+ * it (one test() of its registered receive, which then posts the reads but
+ * counts them done only at its next test; only with reg), and a registered
+ * receive with nothing sent.  Each wait fails within 2 s; the peer's request ends within
+ * 10 s. */
+static void reg_shutdown(struct side *s)
+{
+    size_t t = rdv_threshold();
+    for (int which = 0; which < 3; which++) {
+        if (which == 1 && tp->reg == NULL)
+            continue; /* no rendezvous: the receive would just take bytes */
+        struct link l;
+        link_open(&l, &s[1], &s[0]);
+        struct op o[2];
+        const char *what[3] = {"registered send, no receive", "registered send being read",
+                               "registered receive, nothing sent"};
+        /* The sends are larger than any transport here buffers, so that they
+         * are pending on shm and tcp too (where the handles are NULL). */
+        reg_pair(o, &l, BIG + 3 * t, &reg_modes[0], 960 + (uint64_t)which, 0);
+        if (which < 2) {
+            if (which == 1) {
+                op_post(&o[0]);
+                sleep_ms(100); /* the announcement arrives */
+                op_post(&o[1]);
+                (void)op_step(&o[1]);
+            }
+            shutdown_check(&o[0], l.s, what[which]);
+            if (which == 0)
+                op_post(&o[1]);
+            peer_of_shut_ends(&o[1], which ? "the receive reading a shut sender"
+                                           : "a receive posted after its sender was shut");
+        } else {
+            shutdown_check(&o[1], l.r, what[which]);
+            op_post(&o[0]);
+            int left = drive(&o[0], 1, 10000, CORE_TICK_MS, NULL);
+            CHECK_MSG(o[0].res != collSuccess, "a %u B registered send to a shut receive "
+                      "connection %s", BIG, left ? "is pending after 10 s" : "completed");
+        }
+        link_close(&l);
+        /* Handles go only once no request is pending: the connections are gone. */
+        op_free(&o[0]);
+        op_free(&o[1]);
+    }
+}
+
+static void case_reg(void)
+{
+    bool has = tp->reg != NULL;
+    bool cap = (tp->caps & COLL_TP_CAP_NEEDS_REG) != 0;
+    CHECK_MSG(cap == has && (tp->dereg != NULL) == has,
+              "COLL_TP_CAP_NEEDS_REG %s, reg %s, dereg %s: the cap comes with both, and only",
+              cap ? "set" : "unset", has ? "set" : "NULL", tp->dereg ? "set" : "NULL");
+    if (!has)
+        printf("  (%s has no reg: every handle is NULL)\n", tp->name);
+    struct side s[2];
+    sides_open(2, s);
+    if (has)
+        reg_refusals(&s[0]);
+    struct link ab, ba;
+    link_open(&ab, &s[0], &s[1]);
+    link_open(&ba, &s[1], &s[0]);
+    reg_sizes(&ab, &ba);
+    if (!test_failures)
+        reg_inflight(&ab, &ba);
+    if (!test_failures)
+        reg_dereg_early(&ab);
+    if (!test_failures)
+        reg_twice(&ba);
+    link_close(&ab);
+    link_close(&ba);
+    if (!test_failures)
+        reg_shutdown(s);
+    sides_close(2, s);
+}
+
 /* --- the runner --- */
 
 struct test_case {
@@ -1185,6 +1604,7 @@ static const struct test_case cases[] = {
     {"peek", case_peek, 120},        {"wake", case_wake, 240},
     {"shutdown", case_shutdown, 120}, {"close", case_close, 120},
     {"kill", case_kill, 120},        {"handles", case_handles, 120},
+    {"reg", case_reg, 240},
 };
 #define NCASES ((int)(sizeof(cases) / sizeof(cases[0])))
 
