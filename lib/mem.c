@@ -109,21 +109,31 @@ COLL_API collResult_t collMemFree(void *ptr)
     return collSuccess;
 }
 
-bool coll_mem_region(const void *p, size_t len, char **base_p, size_t *size_p, uint64_t *id_p)
+/* The region holding [p, p+len), copied out under the lock; false when none. */
+static bool mem_find(const void *p, size_t len, struct mem_region *out)
 {
     bool found = false;
     const char *c = p;
     pthread_mutex_lock(&mem_lock);
     for (struct mem_region *m = mem_regions; m != NULL && !found; m = m->next) {
         if (c >= m->base && len <= m->size && (size_t)(c - m->base) <= m->size - len) {
-            *base_p = m->base;
-            *size_p = m->size;
-            *id_p = m->id;
+            *out = *m;
             found = true;
         }
     }
     pthread_mutex_unlock(&mem_lock);
     return found;
+}
+
+bool coll_mem_region(const void *p, size_t len, char **base_p, size_t *size_p, uint64_t *id_p)
+{
+    struct mem_region m;
+    if (!mem_find(p, len, &m))
+        return false;
+    *base_p = m.base;
+    *size_p = m.size;
+    *id_p = m.id;
+    return true;
 }
 
 bool coll_mem_live(uint64_t id)
@@ -143,18 +153,11 @@ uint64_t coll_mem_frees(void)
 
 bool coll_mem_lookup(const void *p, size_t len, int *fd_p, uint64_t *id_p, size_t *off_p)
 {
-    bool found = false;
-    const char *c = p;
-    pthread_mutex_lock(&mem_lock);
-    for (struct mem_region *m = mem_regions; m != NULL && !found; m = m->next) {
-        if (c >= m->base && len <= m->size && (size_t)(c - m->base) <= m->size - len) {
-            *fd_p = m->fd;
-            *id_p = m->id;
-            *off_p = (size_t)(c - m->base);
-            found = true;
-        }
-    }
-    pthread_mutex_unlock(&mem_lock);
-    return found;
+    struct mem_region m;
+    if (!mem_find(p, len, &m))
+        return false;
+    *fd_p = m.fd;
+    *id_p = m.id;
+    *off_p = (size_t)((const char *)p - m.base);
+    return true;
 }
-
