@@ -274,7 +274,9 @@ static void shm_size_ring(struct shm_ctx *ctx)
     if (ctx->sized)
         return;
     ctx->sized = true;
-    int local = coll_tp_local_ranks(ctx->env) > 2 ? coll_tp_local_ranks(ctx->env) : 2;
+    int local = coll_tp_local_ranks(ctx->env);
+    if (local < 2)
+        local = 2;
     uint64_t pairs = (uint64_t)local * (uint64_t)(local - 1);
     uint32_t n = ctx->nslots, s = ctx->slot_bytes;
     uint64_t full = shm_seg_bytes(n, s);
