@@ -44,14 +44,15 @@
  * as the root's one core also copies both.
  *
  * Limitations: the root's link and core carry everything, so the time grows
- * linearly with n; use it for small messages or as a reference.  With more than
- * 32 peers the root waits in poll() on the first 64 descriptors only, and may
- * notice progress on the others up to 100 ms late.
+ * linearly with n; use it for small messages or as a reference.
+ *
+ * Progress: one schedule (engine.h) of two lanes per link; the root's folds are
+ * its progress step.
  */
 #include <string.h>
 
 #include "algo.h"
-#include "exec.h"
+#include "engine.h"
 #include "pattern.h"
 #include "reduce.h"
 
@@ -60,13 +61,9 @@
 #define NAIVE_SLOT_ALIGN 64
 
 /* The root's exchange with one peer, or a peer's with the root: two ordered
- * streams of pieces, tested oldest first. */
+ * streams of pieces, the engine's lanes 2i (receive) and 2i+1 (send) for link i. */
 struct naive_link {
     int peer;
-    struct coll_conn *send_conn, *recv_conn;
-    size_t nsend, nrecv;           /* pieces in each stream */
-    size_t sp, sd, rp, rd;         /* sends posted and done, receives posted and done */
-    struct coll_req *sreq[NAIVE_WINDOW], *rreq[NAIVE_WINDOW];
 };
 
 struct naive_run {
@@ -80,7 +77,7 @@ struct naive_run {
     size_t nslices;                /* slices of the vector the root gathers or sends */
     struct naive_link *links;
     int nlinks;
-    struct coll_req **pending;     /* 2 x nlinks, for coll_exec_idle */
+    struct coll_lane *lanes;       /* 2 x nlinks */
     /* The root of a reduction: W window positions of n slots each, the slot of
      * peer i at index i and the accumulator at n-1. */
     char *slots;
@@ -131,7 +128,7 @@ static const char *naive_operand(const struct naive_run *x, int j, size_t k)
 
 static bool naive_arrived(const struct naive_run *x, int j, size_t k)
 {
-    return j == x->root || x->links[naive_link_index(x, j)].rd > k;
+    return j == x->root || x->lanes[2 * naive_link_index(x, j)].done > k;
 }
 
 /* Where the result of slice k goes: the output, or (reduce_scatter, blocks of
@@ -154,7 +151,7 @@ static bool naive_slot_free(const struct naive_run *x, size_t k)
     size_t b = k / x->kb;
     if (x->f != COLL_FUNC_REDUCE_SCATTER || b == 0)
         return true;
-    return x->links[naive_link_index(x, (int)b)].sd > k % x->kb;
+    return x->lanes[2 * naive_link_index(x, (int)b) + 1].done > k % x->kb;
 }
 
 /* Folds every slice of the window as far as its operands allow, always in rank
@@ -253,83 +250,44 @@ static void naive_send_piece(const struct naive_run *x, const struct naive_link 
         *p_p = (const char *)x->a->recvbuf + off * x->esize;
 }
 
-/* Posts, tests and waits until every stream is done (and, at the root of a
- * reduction, every slice final). */
-static collResult_t naive_progress(struct naive_run *x)
+/* The engine's view: lane 2i receives from link i's peer, lane 2i+1 sends. */
+static bool naive_lane_ready(void *ctx, const struct coll_lane *el, size_t i)
 {
-    struct coll_comm *comm = x->comm;
-    struct coll_wait w;
-    coll_exec_wait_init(comm, &w, x->slot_bytes);
-    for (;;) {
-        bool moved = false, done = true;
-        for (int li = 0; li < x->nlinks; li++) {
-            struct naive_link *l = &x->links[li];
-            while (l->rp < l->nrecv && l->rp - l->rd < NAIVE_WINDOW && naive_can_recv(x, l->rp)) {
-                void *p;
-                size_t bytes;
-                naive_recv_piece(x, l, l->rp, &p, &bytes);
-                COLL_CHECK(coll_exec_irecv(comm, l->recv_conn, p, bytes,
-                                           &l->rreq[l->rp % NAIVE_WINDOW]));
-                l->rp++;
-                moved = true;
-            }
-        }
-        for (int li = 0; li < x->nlinks; li++) {
-            struct naive_link *l = &x->links[li];
-            while (l->sp < l->nsend && l->sp - l->sd < NAIVE_WINDOW &&
-                   naive_can_send(x, l, l->sp)) {
-                const void *p;
-                size_t bytes;
-                naive_send_piece(x, l, l->sp, &p, &bytes);
-                COLL_CHECK(coll_exec_isend(comm, l->send_conn, p, bytes,
-                                           &l->sreq[l->sp % NAIVE_WINDOW]));
-                l->sp++;
-                moved = true;
-            }
-        }
-        for (int li = 0; li < x->nlinks; li++) {
-            struct naive_link *l = &x->links[li];
-            while (l->rd < l->rp) {
-                bool ok;
-                COLL_CHECK(coll_exec_test(comm, &l->rreq[l->rd % NAIVE_WINDOW], &ok));
-                if (!ok)
-                    break;
-                l->rd++;
-                moved = true;
-            }
-            while (l->sd < l->sp) {
-                bool ok;
-                COLL_CHECK(coll_exec_test(comm, &l->sreq[l->sd % NAIVE_WINDOW], &ok));
-                if (!ok)
-                    break;
-                l->sd++;
-                moved = true;
-            }
-        }
-        if (x->folds && naive_fold(x))
-            moved = true;
-        for (int li = 0; li < x->nlinks; li++)
-            if (x->links[li].rd < x->links[li].nrecv || x->links[li].sd < x->links[li].nsend)
-                done = false;
-        if (x->folds && x->finalized < x->nslices)
-            done = false;
-        if (done)
-            return collSuccess;
-        if (moved) {
-            w.idle_since = 0;
-            continue;
-        }
-        int np = 0;
-        for (int li = 0; li < x->nlinks; li++) {
-            struct naive_link *l = &x->links[li];
-            if (l->rd < l->rp)
-                x->pending[np++] = l->rreq[l->rd % NAIVE_WINDOW];
-            if (l->sd < l->sp)
-                x->pending[np++] = l->sreq[l->sd % NAIVE_WINDOW];
-        }
-        COLL_CHECK(coll_exec_idle(comm, &w, x->pending, np));
+    const struct naive_run *x = ctx;
+    return el->is_send ? naive_can_send(x, &x->links[el->tag / 2], i) : naive_can_recv(x, i);
+}
+
+static void naive_lane_buf(void *ctx, const struct coll_lane *el, size_t i, void **p_p,
+                           size_t *bytes_p)
+{
+    const struct naive_run *x = ctx;
+    const struct naive_link *l = &x->links[el->tag / 2];
+    if (el->is_send) {
+        const void *p;
+        naive_send_piece(x, l, i, &p, bytes_p);
+        *p_p = (void *)p; /* only read: the lane sends from it */
+    } else {
+        naive_recv_piece(x, l, i, p_p, bytes_p);
     }
 }
+
+static bool naive_progress(void *ctx)
+{
+    struct naive_run *x = ctx;
+    return x->folds && naive_fold(x);
+}
+
+/* At the root of a reduction the schedule ends once every slice is final. */
+static bool naive_finished(void *ctx)
+{
+    const struct naive_run *x = ctx;
+    return !x->folds || x->finalized >= x->nslices;
+}
+
+static const struct coll_sched_ops naive_ops = {
+    .ready = naive_lane_ready, .buf = naive_lane_buf, .progress = naive_progress,
+    .finished = naive_finished,
+};
 
 /* Pieces each way between the root and any peer. */
 static void naive_counts(const struct naive_run *x, size_t *to_root_p, size_t *from_root_p)
@@ -367,28 +325,31 @@ static collResult_t naive_exchange(struct naive_run *x)
     collResult_t res = collSuccess;
     x->nlinks = x->is_root ? x->n - 1 : 1;
     COLL_CHECK(coll_calloc(&x->links, (size_t)x->nlinks));
-    COLL_CHECK_GOTO(coll_calloc(&x->pending, 2 * (size_t)x->nlinks), res, out_links);
+    COLL_CHECK_GOTO(coll_calloc(&x->lanes, 2 * (size_t)x->nlinks), res, out_links);
     for (int li = 0; li < x->nlinks; li++) {
-        struct naive_link *l = &x->links[li];
         size_t to_root, from_root;
-        l->peer = x->is_root ? (li < x->root ? li : li + 1) : x->root;
+        x->links[li].peer = x->is_root ? (li < x->root ? li : li + 1) : x->root;
         naive_counts(x, &to_root, &from_root);
-        l->nsend = x->is_root ? from_root : to_root;
-        l->nrecv = x->is_root ? to_root : from_root;
+        x->lanes[2 * li] = (struct coll_lane){.is_send = false, .tag = 2 * li,
+                                              .window = NAIVE_WINDOW,
+                                              .total = x->is_root ? to_root : from_root};
+        x->lanes[2 * li + 1] = (struct coll_lane){.is_send = true, .tag = 2 * li + 1,
+                                                  .window = NAIVE_WINDOW,
+                                                  .total = x->is_root ? from_root : to_root};
     }
-    for (int li = 0; li < x->nlinks; li++)
-        if (x->links[li].nsend > 0)
-            COLL_CHECK_GOTO(coll_transport_get_conn(comm, x->links[li].peer, true,
-                                                    &x->links[li].send_conn),
-                            res, out_pending);
-    for (int li = 0; li < x->nlinks; li++)
-        if (x->links[li].nrecv > 0)
-            COLL_CHECK_GOTO(coll_transport_get_conn(comm, x->links[li].peer, false,
-                                                    &x->links[li].recv_conn),
-                            res, out_pending);
-    COLL_CHECK_GOTO(naive_progress(x), res, out_pending);
-out_pending:
-    free(x->pending);
+    for (int pass = 0; pass < 2; pass++) /* sends first */
+        for (int li = 0; li < x->nlinks; li++) {
+            struct coll_lane *l = &x->lanes[2 * li + (pass == 0)];
+            if (l->total > 0)
+                COLL_CHECK_GOTO(coll_transport_get_conn(comm, x->links[li].peer, l->is_send,
+                                                        &l->conn),
+                                res, out_lanes);
+        }
+    struct coll_sched sched = {.comm = comm, .ops = &naive_ops, .ctx = x, .lanes = x->lanes,
+                               .nlanes = 2 * x->nlinks, .piece_bytes = x->slot_bytes};
+    res = coll_engine_run(&sched);
+out_lanes:
+    free(x->lanes);
 out_links:
     free(x->links);
     return res;

@@ -34,37 +34,46 @@
 #include <string.h>
 
 #include "algo.h"
-#include "exec.h"
+#include "engine.h"
 #include "pattern.h"
 #include "reduce.h"
 
+/* One round: piece 0 of each lane, both at once. */
+struct rd_round {
+    void *buf[2];
+    size_t bytes[2];
+};
+
+static void rd_buf(void *ctx, const struct coll_lane *l, size_t i, void **p, size_t *bytes)
+{
+    const struct rd_round *x = ctx;
+    (void)i;
+    *p = x->buf[l->tag];
+    *bytes = x->bytes[l->tag];
+}
+
+static const struct coll_sched_ops rd_ops = {.buf = rd_buf};
+
 /* Sends sbytes of sbuf to rank `to` while receiving rbytes into rbuf from rank
- * `from`; either size may be 0 (that side is skipped). */
+ * `from` (a schedule of two lanes of one piece); either size may be 0 (that
+ * side is skipped). */
 static collResult_t rd_sendrecv(struct coll_comm *comm, int to, const void *sbuf, size_t sbytes,
                                 int from, void *rbuf, size_t rbytes)
 {
-    struct coll_req *reqs[2] = {NULL, NULL};
-    struct coll_conn *sc = NULL, *rc = NULL;
+    struct rd_round x = {.buf = {rbuf, (void *)sbuf}, .bytes = {rbytes, sbytes}};
+    struct coll_lane lanes[2] = {
+        {.is_send = false, .total = rbytes > 0, .tag = 0},
+        {.is_send = true, .total = sbytes > 0, .tag = 1},
+    };
     /* The send side first: connecting does not wait for the peer, accepting
      * does, and the peer may be accepting from us at the same moment. */
     if (sbytes > 0)
-        COLL_CHECK(coll_transport_get_conn(comm, to, true, &sc));
-    if (rbytes > 0) {
-        COLL_CHECK(coll_transport_get_conn(comm, from, false, &rc));
-        COLL_CHECK(coll_exec_irecv(comm, rc, rbuf, rbytes, &reqs[0]));
-    }
-    if (sbytes > 0)
-        COLL_CHECK(coll_exec_isend(comm, sc, sbuf, sbytes, &reqs[1]));
-    struct coll_wait w;
-    coll_exec_wait_init(comm, &w, sbytes > rbytes ? sbytes : rbytes);
-    for (;;) {
-        bool d0, d1;
-        COLL_CHECK(coll_exec_test(comm, &reqs[0], &d0));
-        COLL_CHECK(coll_exec_test(comm, &reqs[1], &d1));
-        if (d0 && d1)
-            return collSuccess;
-        COLL_CHECK(coll_exec_idle(comm, &w, reqs, 2));
-    }
+        COLL_CHECK(coll_transport_get_conn(comm, to, true, &lanes[1].conn));
+    if (rbytes > 0)
+        COLL_CHECK(coll_transport_get_conn(comm, from, false, &lanes[0].conn));
+    struct coll_sched s = {.comm = comm, .ops = &rd_ops, .ctx = &x, .lanes = lanes,
+                           .nlanes = 2, .piece_bytes = sbytes > rbytes ? sbytes : rbytes};
+    return coll_engine_run(&s);
 }
 
 static collResult_t rd_allreduce(struct coll_comm *comm, const struct coll_args *a)

@@ -43,10 +43,9 @@
  *   Inner ranks of A (0 2 4 6) are the leaves of B and the other way round.
  *   For odd n one rank, n-1, is inner in both trees.
  *
- * Progress: one loop drives every stream (tree x direction x peer) of the call
- * together; receives are posted before sends, each request is tested without
- * blocking, and the loop only waits (coll_exec_idle) when a whole pass moved
- * nothing, on all pending requests at once.  A pair of ranks can be linked in
+ * Progress: one schedule (engine.h) carries every stream (tree x direction x
+ * peer) of the call, a lane per connection; the reductions are its progress
+ * step, run as the children's slices arrive.  A pair of ranks can be linked in
  * both trees (always for n = 2), and there is one connection per peer and
  * direction, so the messages of both trees on one connection go in a fixed
  * order, (slice 0 of A, slice 0 of B, slice 1 of A, ...), that both ends follow.
@@ -63,7 +62,7 @@
 #include <string.h>
 
 #include "algo.h"
-#include "exec.h"
+#include "engine.h"
 #include "pattern.h"
 #include "reduce.h"
 
@@ -84,19 +83,17 @@ struct tree_stream {
     size_t up_recvd[2], up_sent, down_recvd, down_sent[2];
 };
 
-/* The messages on one connection: one or two streams' slices, interleaved. */
+/* The messages on one connection: one or two streams' slices, interleaved.
+ * The engine's lane of the same index carries them. */
 struct tree_lane {
     int peer;
     bool is_send;
-    struct coll_conn *conn;
     int nent;
     struct {
         int s;
         enum tree_kind kind;
         int j; /* child index for UP_RECV and DOWN_SEND */
     } ent[2];
-    size_t total, posted, done;
-    struct coll_req *req[TREE_LANE_WINDOW];
 };
 
 struct tree_run {
@@ -109,6 +106,7 @@ struct tree_run {
     struct tree_stream st[2];
     int nlanes;
     struct tree_lane lane[TREE_MAX_LANES];
+    struct coll_lane elane[TREE_MAX_LANES];
 };
 
 /* coll_btree over ranks relabelled so that root is the tree's root. */
@@ -152,21 +150,23 @@ static void tree_lane_msg(const struct tree_run *x, const struct tree_lane *l, s
 static void tree_add(struct tree_run *x, int peer, bool is_send, int s, enum tree_kind kind,
                      int j)
 {
-    struct tree_lane *l = NULL;
-    for (int k = 0; k < x->nlanes && l == NULL; k++)
-        if (x->lane[k].peer == peer && x->lane[k].is_send == is_send)
-            l = &x->lane[k];
-    if (l == NULL) {
+    int k = 0;
+    while (k < x->nlanes && !(x->lane[k].peer == peer && x->lane[k].is_send == is_send))
+        k++;
+    struct tree_lane *l = &x->lane[k];
+    if (k == x->nlanes) {
         assert(x->nlanes < TREE_MAX_LANES);
-        l = &x->lane[x->nlanes++];
+        x->nlanes++;
         *l = (struct tree_lane){.peer = peer, .is_send = is_send};
+        x->elane[k] = (struct coll_lane){.is_send = is_send, .tag = k,
+                                         .window = TREE_LANE_WINDOW};
     }
     assert(l->nent < 2);
     l->ent[l->nent].s = s;
     l->ent[l->nent].kind = kind;
     l->ent[l->nent].j = j;
     l->nent++;
-    l->total += x->st[s].K;
+    x->elane[k].total += x->st[s].K;
 }
 
 /* Whether slice i of stream s may be posted in the given role. */
@@ -263,57 +263,64 @@ static bool tree_reduce_ready(struct tree_run *x, struct tree_stream *st)
     return moved;
 }
 
-/* Posts what the lane's order allows next; receives and sends alike. */
-static collResult_t tree_post(struct tree_run *x, struct tree_lane *l, bool *moved_p)
+/* The engine's view of the lanes: message m of lane l is slice i of one of its
+ * streams (tree_lane_msg). */
+static bool tree_lane_ready(void *ctx, const struct coll_lane *el, size_t m)
 {
-    while (l->posted < l->total && l->posted - l->done < TREE_LANE_WINDOW) {
-        int e;
-        size_t i;
-        tree_lane_msg(x, l, l->posted, &e, &i);
-        if (!tree_ready(x, l->ent[e].s, l->ent[e].kind, i))
-            break;
-        void *buf = NULL;
-        size_t bytes;
-        tree_buf(x, l->ent[e].s, l->ent[e].kind, l->ent[e].j, i, &buf, &bytes);
-        struct coll_req **r = &l->req[l->posted % TREE_LANE_WINDOW];
-        if (l->is_send)
-            COLL_CHECK(coll_exec_isend(x->comm, l->conn, buf, bytes, r));
-        else
-            COLL_CHECK(coll_exec_irecv(x->comm, l->conn, buf, bytes, r));
-        l->posted++;
-        *moved_p = true;
-    }
+    const struct tree_run *x = ctx;
+    const struct tree_lane *l = &x->lane[el->tag];
+    int e;
+    size_t i;
+    tree_lane_msg(x, l, m, &e, &i);
+    return tree_ready(x, l->ent[e].s, l->ent[e].kind, i);
+}
+
+static void tree_lane_buf(void *ctx, const struct coll_lane *el, size_t m, void **p_p,
+                          size_t *bytes_p)
+{
+    const struct tree_run *x = ctx;
+    const struct tree_lane *l = &x->lane[el->tag];
+    int e;
+    size_t i;
+    tree_lane_msg(x, l, m, &e, &i);
+    tree_buf(x, l->ent[e].s, l->ent[e].kind, l->ent[e].j, i, p_p, bytes_p);
+}
+
+static collResult_t tree_lane_done(void *ctx, struct coll_lane *el, size_t m, void *p)
+{
+    struct tree_run *x = ctx;
+    const struct tree_lane *l = &x->lane[el->tag];
+    int e;
+    size_t i;
+    (void)p;
+    tree_lane_msg(x, l, m, &e, &i);
+    tree_count(x, l->ent[e].s, l->ent[e].kind, l->ent[e].j);
     return collSuccess;
 }
 
-/* Retires the lane's completed requests, oldest first. */
-static collResult_t tree_complete(struct tree_run *x, struct tree_lane *l, bool *moved_p)
+static bool tree_progress(void *ctx)
 {
-    while (l->done < l->posted) {
-        bool done;
-        COLL_CHECK(coll_exec_test(x->comm, &l->req[l->done % TREE_LANE_WINDOW], &done));
-        if (!done)
-            break;
-        int e;
-        size_t i;
-        tree_lane_msg(x, l, l->done, &e, &i);
-        tree_count(x, l->ent[e].s, l->ent[e].kind, l->ent[e].j);
-        l->done++;
-        *moved_p = true;
-    }
-    return collSuccess;
+    struct tree_run *x = ctx;
+    bool moved = false;
+    for (int s = 0; s < x->ns; s++)
+        if (x->st[s].up && tree_reduce_ready(x, &x->st[s]))
+            moved = true;
+    return moved;
 }
 
-static bool tree_finished(const struct tree_run *x)
+static bool tree_finished(void *ctx)
 {
-    for (int k = 0; k < x->nlanes; k++)
-        if (x->lane[k].done < x->lane[k].total)
-            return false;
+    const struct tree_run *x = ctx;
     for (int s = 0; s < x->ns; s++)
         if (x->st[s].up && x->st[s].reduced < x->st[s].K)
             return false;
     return true;
 }
+
+static const struct coll_sched_ops tree_ops = {
+    .ready = tree_lane_ready, .buf = tree_lane_buf, .done = tree_lane_done,
+    .progress = tree_progress, .finished = tree_finished,
+};
 
 /* Sets up lanes, slots and connections for the streams in x, then runs them all
  * to completion. */
@@ -368,33 +375,10 @@ static collResult_t tree_execute(struct tree_run *x)
         for (int k = 0; k < x->nlanes; k++)
             if (x->lane[k].is_send == (pass == 0))
                 COLL_CHECK(coll_transport_get_conn(comm, x->lane[k].peer, x->lane[k].is_send,
-                                                   &x->lane[k].conn));
-
-    struct coll_wait w;
-    coll_exec_wait_init(comm, &w, x->slot_bytes);
-    while (!tree_finished(x)) {
-        bool moved = false;
-        for (int pass = 0; pass < 2; pass++) /* receives before sends */
-            for (int k = 0; k < x->nlanes; k++)
-                if (x->lane[k].is_send == (pass == 1))
-                    COLL_CHECK(tree_post(x, &x->lane[k], &moved));
-        for (int k = 0; k < x->nlanes; k++)
-            COLL_CHECK(tree_complete(x, &x->lane[k], &moved));
-        for (int s = 0; s < x->ns; s++)
-            if (x->st[s].up && tree_reduce_ready(x, &x->st[s]))
-                moved = true;
-        if (moved) {
-            w.idle_since = 0;
-            continue;
-        }
-        struct coll_req *pending[TREE_MAX_LANES];
-        int np = 0;
-        for (int k = 0; k < x->nlanes; k++)
-            if (x->lane[k].done < x->lane[k].posted)
-                pending[np++] = x->lane[k].req[x->lane[k].done % TREE_LANE_WINDOW];
-        COLL_CHECK(coll_exec_idle(comm, &w, pending, np));
-    }
-    return collSuccess;
+                                                   &x->elane[k].conn));
+    struct coll_sched sched = {.comm = comm, .ops = &tree_ops, .ctx = x, .lanes = x->elane,
+                               .nlanes = x->nlanes, .piece_bytes = x->slot_bytes};
+    return coll_engine_run(&sched);
 }
 
 static collResult_t tree_reduce(struct coll_comm *comm, const struct coll_args *a)

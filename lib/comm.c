@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "algo.h"
+#include "engine.h"
 #include "exec.h"
 #include "flight.h"
 #include "internal.h"
@@ -187,6 +188,7 @@ static void comm_free(struct coll_comm *comm)
     coll_algo_comm_fini(comm);
     coll_flight_fini(comm);
     coll_mismatch_fini(comm);
+    coll_engine_fini(comm);
     free(comm->peers);
     free(comm->scratch);
     free(comm);
@@ -279,6 +281,12 @@ static collResult_t comm_alloc(struct coll_comm **comm_p, int nranks, int rank,
     atomic_init(&comm->async_pending, 0);
     atomic_init(&comm->bytes_sent, 0);
     atomic_init(&comm->bytes_received, 0);
+    collResult_t res = coll_engine_init(comm);
+    if (res != collSuccess) {
+        pthread_mutex_destroy(&comm->init_lock);
+        free(comm);
+        return res;
+    }
     *comm_p = comm;
     return collSuccess;
 }
@@ -472,6 +480,7 @@ COLL_API collResult_t collCommAbort(collComm_t comm)
     if (!atomic_load(&comm->init_running))
         coll_flight_dump(comm, "collCommAbort");
     atomic_store(&comm->aborting, true);
+    coll_engine_wake(comm); /* a blocked wait sees the flag now */
     /* A non-blocking init in progress sees the flag within one poll slice. */
     comm_init_join(comm);
     coll_comm_poison(comm, collRemoteError);

@@ -1,18 +1,20 @@
-/* The progress engine.  An algorithm posts requests and tests them in a loop;
- * when a whole pass moves nothing it calls coll_exec_idle, which decides how to
- * wait: spin (lowest latency, when each rank has a core), spin while yielding
- * the core (more ranks than cores), then block in poll() on the descriptors of
- * the pending requests (all of them, however many), in slices of at most 100 ms
- * so that abort and the deadline are noticed.  No wait is unbounded. */
+/* The engine's request layer.  The schedule loop (engine.c) posts requests and
+ * tests them; when a whole pass moves nothing it calls coll_exec_idle, which
+ * decides how to wait: spin (lowest latency, when each rank has a core), spin
+ * while yielding the core (more ranks than cores), then block on the
+ * descriptors of the pending requests (all of them, however many) in the
+ * communicator's poll set, in slices of at most 100 ms so that the deadline is
+ * noticed; abort and a finished deferred step wake it at once.  No wait is
+ * unbounded. */
 #include "exec.h"
 
-#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "engine.h"
 #include "flight.h"
 #include "socket.h"
 
@@ -162,21 +164,24 @@ collResult_t coll_exec_test(struct coll_comm *comm, struct coll_req **r_p, bool 
 }
 
 #define EXEC_SPIN_MAX_BYTES (32 * 1024)
-#define EXEC_POLL_STACK 64 /* descriptors a wait polls without allocating */
+#define EXEC_POLL_STACK 64 /* descriptors a wait names without allocating */
 
 void coll_exec_wait_init(const struct coll_comm *comm, struct coll_wait *w, size_t bytes)
 {
     w->idle_since = 0;
     w->idle_calls = 0;
+    w->steps = 0;
+    w->woke_idle = false;
     w->spin_ns = comm->oversubscribed && bytes > EXEC_SPIN_MAX_BYTES ? 0 : comm->spin_ns;
 }
 
-static bool exec_all_cheap(struct coll_req *const *reqs, int nreqs)
+/* Whether every wait is a few loads: shared memory, or a deferred step's flag. */
+static bool exec_all_cheap(struct coll_req *const *reqs, int nreqs, int steps)
 {
     for (int i = 0; i < nreqs; i++)
         if (reqs[i] != NULL && !reqs[i]->conn->tp->cheap_poll)
             return false;
-    return nreqs > 0;
+    return nreqs > 0 || steps > 0;
 }
 
 static inline void exec_cpu_relax(void)
@@ -192,7 +197,7 @@ static inline void exec_cpu_relax(void)
  * expects, else one that has not taken this rank's bytes), its host, how long
  * nothing moved and the bytes exchanged with it, then poisons the comm. */
 static void exec_timeout(struct coll_comm *comm, int64_t now, struct coll_req *const *reqs,
-                         int nreqs)
+                         int nreqs, int steps)
 {
     const struct coll_conn *c = NULL;
     for (int i = 0; i < nreqs; i++) {
@@ -206,8 +211,10 @@ static void exec_timeout(struct coll_comm *comm, int64_t now, struct coll_req *c
     if (still_ms >= 0)
         snprintf(still, sizeof(still), ": no progress for %lld ms", (long long)still_ms);
     if (c == NULL) {
-        coll_set_error(comm, "%s #%llu timed out after %lld ms%s", comm->op_name,
-                       (unsigned long long)comm->seq, (long long)comm->timeout_ms, still);
+        coll_set_error(comm, "%s #%llu timed out after %lld ms%s%s", comm->op_name,
+                       (unsigned long long)comm->seq, (long long)comm->timeout_ms, still,
+                       steps > 0 ? ", waiting for a deferred step (a copy or kernel) to finish"
+                                 : "");
     } else {
         const struct coll_rank_info *pi = &comm->peers[c->peer].info;
         char a[COLL_ADDR_STRLEN];
@@ -251,13 +258,15 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
     /* A rank with a core of its own that waits on shared memory polls again at
      * once: the clock, abort and a yield are looked at every 64th call only. */
     if (w->idle_since != 0 && !comm->oversubscribed && (++w->idle_calls & 63) != 0 &&
-        exec_all_cheap(reqs, nreqs)) {
+        exec_all_cheap(reqs, nreqs, w->steps)) {
         exec_cpu_relax();
         return collSuccess;
     }
     int64_t now = coll_now_ns();
-    if (w->idle_since == 0)
+    if (w->idle_since == 0) {
         w->idle_since = now;
+        w->woke_idle = false;
+    }
     (void)coll_flight_idle(comm, now); /* notes when something last moved */
     if (atomic_load(&comm->aborting)) {
         coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
@@ -266,38 +275,39 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         return collRemoteError;
     }
     if (now >= comm->deadline_ns) {
-        exec_timeout(comm, now, reqs, nreqs);
+        exec_timeout(comm, now, reqs, nreqs, w->steps);
         return collTimeout;
     }
     /* Over transports whose test() is a few loads (shared memory) a wait keeps
      * polling longer: blocking and waking cost system calls on both sides. */
     int64_t spin = w->spin_ns;
-    if (comm->spin_cheap_ns > spin && exec_all_cheap(reqs, nreqs))
+    if (comm->spin_cheap_ns > spin && exec_all_cheap(reqs, nreqs, w->steps))
         spin = comm->spin_cheap_ns;
     if (now - w->idle_since < spin) {
         if (comm->spin_yield)
             sched_yield();
         return collSuccess;
     }
-    /* Block until a descriptor is ready, the deadline or a 100 ms tick.  Every
-     * pending request's descriptors are watched: a few fit on the stack, more
-     * (an all-to-all or a star's root with many peers) take a heap set for this
-     * one wait; a wait that blocks pays a system call anyway.  Without room for
-     * them all, the wait sleeps 1 ms at most, so the rest are tested soon. */
-    struct pollfd stack[EXEC_POLL_STACK + 2], *pfds = stack;
+    /* Block until a descriptor is ready, the deadline, a wake-up or a 100 ms
+     * tick, on the comm's poll set.  Every pending request's descriptors are
+     * named: a few fit on the stack, more (an all-to-all or a star's root with
+     * many peers) take a heap list for this one wait; a wait that blocks pays a
+     * system call anyway.  Without room for them all, the wait sleeps 1 ms at
+     * most, so the rest are tested soon. */
+    struct pollfd stack[EXEC_POLL_STACK], *pfds = stack, notice[2];
     size_t want = 0;
     for (int i = 0; i < nreqs; i++)
         if (reqs[i] != NULL)
             want += (size_t)reqs[i]->conn->nfds;
     size_t cap = EXEC_POLL_STACK;
     if (want > cap) {
-        struct pollfd *heap = malloc((want + 2) * sizeof(*heap));
+        struct pollfd *heap = malloc(want * sizeof(*heap));
         if (heap != NULL) {
             pfds = heap;
             cap = want;
         }
     }
-    nfds_t n = 0;
+    size_t n = 0;
     collResult_t res = collSuccess;
     for (int i = 0; i < nreqs; i++) {
         const struct coll_conn *c = reqs[i] ? reqs[i]->conn : NULL;
@@ -312,11 +322,18 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         for (int k = 0; k < c->nfds && n < cap; k++)
             pfds[n++] = (struct pollfd){.fd = c->fds[k], .events = ev};
     }
-    int nn = coll_bootstrap_notice_fds(comm, pfds + n);
+    int nn = coll_bootstrap_notice_fds(comm, notice);
     int64_t ms = (comm->deadline_ns - now) / 1000000 + 1;
     int tick = n < want ? 1 : 100;
-    (void)poll(pfds, n + (nfds_t)nn, ms > tick ? tick : (int)ms);
-    res = coll_bootstrap_notice_check(comm, pfds + n, nn);
+    /* A failure notice counts only when nothing waited for is ready: bytes that
+     * arrived before it still complete the call they belong to (a peer that
+     * finished this call and then heard of a failure in the next one sent them
+     * first), and the notice is seen again by the next wait that blocks, or by
+     * this one if what was ready moved nothing. */
+    int ready = coll_engine_block(comm, pfds, n, notice, nn, ms > tick ? tick : (int)ms);
+    if (ready == 0 || w->woke_idle)
+        res = coll_bootstrap_notice_check(comm, notice, nn);
+    w->woke_idle = ready > 0; /* ready again with nothing moved: notices count then */
 out:
     if (pfds != stack)
         free(pfds);

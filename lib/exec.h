@@ -1,5 +1,6 @@
-/* The progress engine: drives transport requests to completion under the
- * communicator's deadline, abort flag and waiting policy. */
+/* The engine's request layer: posts and tests transport requests, describes
+ * their failures, and waits under the communicator's deadline, abort flag and
+ * waiting policy.  Schedules (engine.h) are run on top of it. */
 #ifndef COLL_EXEC_H
 #define COLL_EXEC_H
 
@@ -10,6 +11,8 @@ struct coll_wait {
     int64_t idle_since; /* 0: something moved since the last idle call */
     int64_t spin_ns;    /* how long to poll before blocking */
     unsigned idle_calls;
+    int steps;          /* deferred steps (engine.h) the wait is also for */
+    bool woke_idle;     /* the last block woke on a descriptor, and nothing moved since */
 };
 
 /* Prepares a wait for pieces of up to `bytes`.  With more ranks than cores, a
@@ -42,7 +45,8 @@ void coll_exec_release(struct coll_conn *c);
  * A failure is described (operation, peer, host) and poisons the comm. */
 collResult_t coll_exec_test(struct coll_comm *comm, struct coll_req **r_p, bool *done_p);
 /* Called when a pass over the pending requests moved nothing: spins, yields or
- * blocks in poll() on their descriptors, and fails on deadline or abort. */
+ * blocks on their descriptors in the comm's poll set (and, with w->steps, on its
+ * wake-up), and fails on deadline or abort. */
 collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
                             struct coll_req *const *reqs, int nreqs);
 

@@ -23,9 +23,12 @@
  * Running a set of messages: all send connections are made first (a connect
  * needs nothing from the peer's code), then the receive ones (an accept waits
  * for the peer's connect), so ranks that exchange in both directions do not wait
- * on each other.  Then every message is posted (at most P2P_MAX_INFLIGHT per
- * connection, in order) and all are tested in turn until done, waiting in
- * coll_exec_idle when a pass moves nothing.  Messages to the rank itself are
+ * on each other.  The set is then one schedule of the engine (engine.h): a lane
+ * per connection (communicator, peer, direction) whose pieces are, in order,
+ * each message's header and data, at most P2P_MAX_INFLIGHT messages in flight
+ * per connection; a receive's header is checked as it completes, and a lane
+ * whose connection is not there yet looks for it (find_conn) while the others
+ * move.  Messages to the rank itself are
  * copied locally, the k-th send to itself into the k-th receive from itself.
  * A send whose buffer overlaps a receive of the same set (an in-place exchange)
  * is copied aside first, so its bytes are read before any receive writes.
@@ -33,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine.h"
 #include "exec.h"
 #include "flight.h"
 #include "mismatch.h"
@@ -51,8 +55,7 @@ enum { P2P_WAITING, P2P_POSTED, P2P_DONE };
 /* A communicator that the set of messages uses. */
 struct p2p_comm {
     struct coll_comm *comm;
-    int *last;     /* 2 * nranks: the latest op per send / receive connection */
-    int *inflight; /* 2 * nranks: messages posted and not done per connection */
+    int *lane;     /* 2 * nranks: the lane of each send / receive connection, or -1 */
 };
 
 struct p2p_run {
@@ -62,7 +65,10 @@ struct p2p_run {
     struct p2p_comm *comms;
     int ncomms;
     char *stage;              /* copies of sends that overlap a receive */
-    struct coll_req **pend;   /* 2 * nops: requests to wait on */
+    /* The schedule: lane k carries ops lane_ops[first[k] .. first[k] + count[k]). */
+    struct coll_lane *lanes;
+    int nlanes;
+    int *lane_ops, *first, *count;
 };
 
 static collResult_t p2p_add_comm(struct p2p_run *run, struct coll_comm *comm)
@@ -72,10 +78,9 @@ static collResult_t p2p_add_comm(struct p2p_run *run, struct coll_comm *comm)
             return collSuccess;
     struct p2p_comm *pc = &run->comms[run->ncomms];
     size_t slots = 2 * (size_t)comm->nranks;
-    COLL_CHECK(coll_calloc(&pc->last, 2 * slots));
-    pc->inflight = pc->last + slots;
+    COLL_CHECK(coll_calloc(&pc->lane, slots));
     for (size_t k = 0; k < slots; k++)
-        pc->last[k] = -1;
+        pc->lane[k] = -1;
     pc->comm = comm;
     run->ncomms++;
     return collSuccess;
@@ -194,40 +199,66 @@ static void p2p_self_copy(struct p2p_run *run)
     }
 }
 
-/* Links each op to the previous one on its connection and makes the send
- * connections.  A receive connection is made by its sender, who may make it only
- * once this rank's own sends have reached it (a pipeline stage that sends forward
- * and receives back in one group, from a neighbour that first waits for that
- * send): receives whose connection is not there yet are left for p2p_pass, which
- * looks for it while the rest of the group moves. */
+/* The op that piece i of lane l carries (its header when i is even, its data
+ * when odd). */
+static struct coll_p2p_op *p2p_lane_op(const struct p2p_run *run, const struct coll_lane *l,
+                                       size_t i)
+{
+    return &run->ops[run->lane_ops[run->first[l->tag] + (int)(i / 2)]];
+}
+
+/* Groups the messages into lanes, one per connection in the order issued, and
+ * makes the send connections.  A receive connection is made by its sender, who
+ * may make it only once this rank's own sends have reached it (a pipeline stage
+ * that sends forward and receives back in one group, from a neighbour that first
+ * waits for that send): a receive lane whose connection is not there yet looks
+ * for it while the rest of the group moves (p2p_find_conn). */
 static collResult_t p2p_connect(struct p2p_run *run)
 {
+    COLL_CHECK(coll_calloc(&run->lanes, (size_t)run->nops));
+    COLL_CHECK(coll_calloc(&run->lane_ops, 3 * (size_t)run->nops));
+    run->first = run->lane_ops + run->nops;
+    run->count = run->first + run->nops;
+    int *of = NULL; /* the lane of each op */
+    COLL_CHECK(coll_calloc(&of, (size_t)run->nops));
     for (int i = 0; i < run->nops; i++) {
         struct coll_p2p_op *op = &run->ops[i];
-        op->prev = -1;
         op->state = P2P_WAITING;
-        op->hdr_checked = false;
-        op->req[0] = op->req[1] = NULL;
-        op->conn = NULL;
+        of[i] = -1;
         if (p2p_is_self(op))
             continue;
         struct p2p_comm *pc = p2p_find_comm(run, op->comm);
-        int slot = 2 * op->peer + (op->is_send ? 0 : 1);
-        op->prev = pc->last[slot];
-        pc->last[slot] = i;
-        op->inflight = &pc->inflight[slot];
+        int *slot = &pc->lane[2 * op->peer + (op->is_send ? 0 : 1)];
+        if (*slot < 0) {
+            *slot = run->nlanes++;
+            run->lanes[*slot] = (struct coll_lane){.comm = op->comm, .is_send = op->is_send,
+                                                   .tag = *slot,
+                                                   .window = 2 * P2P_MAX_INFLIGHT};
+        }
+        of[i] = *slot;
+        run->count[*slot]++;
+        run->lanes[*slot].total += 2;
     }
+    for (int k = 0, at = 0; k < run->nlanes; k++) {
+        run->first[k] = at;
+        at += run->count[k];
+        run->count[k] = 0;
+    }
+    for (int i = 0; i < run->nops; i++)
+        if (of[i] >= 0)
+            run->lane_ops[run->first[of[i]] + run->count[of[i]]++] = i;
+    free(of);
     for (int pass = 0; pass < 2; pass++) {
-        for (int i = 0; i < run->nops; i++) {
-            struct coll_p2p_op *op = &run->ops[i];
-            if (p2p_is_self(op) || op->is_send != (pass == 0))
+        for (int k = 0; k < run->nlanes; k++) {
+            struct coll_lane *l = &run->lanes[k];
+            if (l->is_send != (pass == 0))
                 continue;
-            collResult_t res = op->is_send
-                                   ? coll_transport_get_conn(op->comm, op->peer, true, &op->conn)
-                                   : coll_transport_wait_recv_conn(op->comm, op->peer, 0,
-                                                                   &op->conn);
+            int peer = p2p_lane_op(run, l, 0)->peer;
+            collResult_t res =
+                l->is_send ? coll_transport_get_conn(l->comm, peer, true, &l->conn)
+                           : coll_transport_wait_recv_conn(l->comm, peer, 0, &l->conn);
             if (res != collSuccess) {
-                coll_comm_poison(op->comm, res);
+                coll_comm_poison(l->comm, res);
                 return res;
             }
         }
@@ -235,43 +266,16 @@ static collResult_t p2p_connect(struct p2p_run *run)
     return collSuccess;
 }
 
-/* A receive still without its connection: one look for it. */
-static collResult_t p2p_find_conn(struct coll_p2p_op *op, bool *moved_p)
-{
-    COLL_CHECK(coll_transport_wait_recv_conn(op->comm, op->peer, 0, &op->conn));
-    if (op->conn != NULL)
-        *moved_p = true;
-    return collSuccess;
-}
-
-static collResult_t p2p_post(struct coll_p2p_op *op)
-{
-    if (op->is_send) {
-        op->hdr[0] = P2P_MAGIC;
-        op->hdr[1] = op->bytes;
-        COLL_CHECK(coll_exec_isend(op->comm, op->conn, op->hdr, sizeof(op->hdr), &op->req[0]));
-        return coll_exec_isend_mh(op->comm, op->conn, op->buf, op->bytes,
-                                  coll_reg_handle(op->comm, op->conn, op->buf, op->bytes),
-                                  &op->req[1]);
-    }
-    COLL_CHECK(coll_exec_irecv(op->comm, op->conn, op->hdr, sizeof(op->hdr), &op->req[0]));
-    return coll_exec_irecv_mh(op->comm, op->conn, op->buf, op->bytes,
-                              coll_reg_handle(op->comm, op->conn, op->buf, op->bytes),
-                              &op->req[1]);
-}
-
 /* A received header: the sender's byte count must be what this receive expects. */
 static collResult_t p2p_check_header(struct p2p_run *run, struct coll_p2p_op *op)
 {
     struct coll_comm *comm = op->comm;
-    op->hdr_checked = true;
     if (op->hdr[0] != P2P_MAGIC) {
         coll_set_error(comm, "%s #%llu: collRecv from rank %d got no message header (%#llx): "
                        "the ranks' calls are out of step (a collective on one side, a "
                        "send/receive on the other?)", run->op_name,
                        (unsigned long long)comm->seq, op->peer,
                        (unsigned long long)op->hdr[0]);
-        coll_comm_poison(comm, collInvalidUsage);
         return collInvalidUsage;
     }
     if (op->hdr[1] != op->bytes) {
@@ -280,104 +284,55 @@ static collResult_t p2p_check_header(struct p2p_run *run, struct coll_p2p_op *op
                        run->op_name, (unsigned long long)comm->seq, op->peer,
                        (unsigned long long)op->hdr[1], comm->rank, op->bytes, op->count,
                        coll_dtype_name(op->dtype));
-        coll_comm_poison(comm, collInvalidUsage);
         return collInvalidUsage;
     }
     return collSuccess;
 }
 
-/* Posts what may be posted and tests what is posted: one pass over the set. */
-static collResult_t p2p_pass(struct p2p_run *run, int *left_p, bool *moved_p)
+static void p2p_buf(void *ctx, const struct coll_lane *l, size_t i, void **p, size_t *bytes)
 {
-    for (int i = 0; i < run->nops; i++) {
-        struct coll_p2p_op *op = &run->ops[i];
-        if (op->state == P2P_WAITING) {
-            if ((op->prev >= 0 && run->ops[op->prev].state == P2P_WAITING) ||
-                *op->inflight >= P2P_MAX_INFLIGHT)
-                continue;
-            if (op->conn == NULL)
-                COLL_CHECK(p2p_find_conn(op, moved_p));
-            if (op->conn == NULL)
-                continue;
-            op->state = P2P_POSTED;
-            (*op->inflight)++;
-            *moved_p = true;
-            COLL_CHECK(p2p_post(op));
-        }
-        if (op->state != P2P_POSTED)
-            continue;
-        struct coll_req *before0 = op->req[0], *before1 = op->req[1];
-        bool d0, d1;
-        COLL_CHECK(coll_exec_test(op->comm, &op->req[0], &d0));
-        if (d0 && !op->is_send && !op->hdr_checked)
-            COLL_CHECK(p2p_check_header(run, op));
-        COLL_CHECK(coll_exec_test(op->comm, &op->req[1], &d1));
-        if (op->req[0] != before0 || op->req[1] != before1)
-            *moved_p = true;
-        if (d0 && d1) {
-            op->state = P2P_DONE;
-            (*op->inflight)--;
-            (*left_p)--;
-            *moved_p = true;
-        }
+    struct coll_p2p_op *op = p2p_lane_op(ctx, l, i);
+    if (i % 2 == 1) {
+        *p = op->buf;
+        *bytes = op->bytes;
+        return;
     }
+    op->state = P2P_POSTED; /* its header goes now, its data right behind */
+    if (op->is_send) {
+        op->hdr[0] = P2P_MAGIC;
+        op->hdr[1] = op->bytes;
+    }
+    *p = op->hdr;
+    *bytes = sizeof(op->hdr);
+}
+
+static void *p2p_handle(void *ctx, const struct coll_lane *l, size_t i, void *p, size_t bytes)
+{
+    (void)ctx;
+    if (i % 2 == 0)
+        return NULL;
+    return coll_reg_handle(l->comm, l->conn, p, bytes);
+}
+
+static collResult_t p2p_done(void *ctx, struct coll_lane *l, size_t i, void *p)
+{
+    struct coll_p2p_op *op = p2p_lane_op(ctx, l, i);
+    (void)p;
+    if (i % 2 == 0)
+        return op->is_send ? collSuccess : p2p_check_header(ctx, op);
+    op->state = P2P_DONE;
     return collSuccess;
 }
 
-/* Gathers into out the pending requests of comm's posted messages. */
-static int p2p_collect(const struct p2p_run *run, const struct coll_comm *comm,
-                       struct coll_req **out)
+static collResult_t p2p_find_conn(void *ctx, struct coll_lane *l, int wait_ms)
 {
-    int n = 0;
-    for (int i = 0; i < run->nops; i++) {
-        const struct coll_p2p_op *op = &run->ops[i];
-        if (op->comm != comm || op->state != P2P_POSTED)
-            continue;
-        for (int k = 0; k < 2; k++)
-            if (op->req[k] != NULL)
-                out[n++] = op->req[k];
-    }
-    return n;
+    return coll_transport_wait_recv_conn(l->comm, p2p_lane_op(ctx, l, 0)->peer, wait_ms,
+                                         &l->conn);
 }
 
-/* Nothing moved: waits on every pending request under the deadline and abort
- * flag of the first comm with messages posted, after checking the other comms'
- * deadlines and flags (coll_exec_idle reports them with their own requests). */
-static collResult_t p2p_idle(struct p2p_run *run, struct coll_wait *w)
-{
-    struct coll_comm *first = NULL;
-    for (int i = 0; i < run->nops && first == NULL; i++)
-        if (run->ops[i].state == P2P_POSTED)
-            first = run->ops[i].comm;
-    if (first == NULL) {
-        /* Only ops waiting for a slot (the next pass posts them) or for their
-         * connection: wait for the first such connection, a while at most, so
-         * that the others are looked at too. */
-        for (int i = 0; i < run->nops; i++) {
-            struct coll_p2p_op *op = &run->ops[i];
-            if (op->state == P2P_WAITING && op->conn == NULL && !p2p_is_self(op) &&
-                (op->prev < 0 || run->ops[op->prev].state != P2P_WAITING))
-                return coll_transport_wait_recv_conn(op->comm, op->peer, 10, &op->conn);
-        }
-        return collSuccess;
-    }
-    int64_t now = coll_now_ns();
-    for (int c = 0; c < run->ncomms; c++) {
-        struct coll_comm *comm = run->comms[c].comm;
-        if (comm == first || (!atomic_load(&comm->aborting) && now < comm->deadline_ns))
-            continue;
-        int n = p2p_collect(run, comm, run->pend);
-        struct coll_wait at_once = {.idle_since = now, .spin_ns = 0};
-        if (n > 0)
-            COLL_CHECK(coll_exec_idle(comm, &at_once, run->pend, n));
-    }
-    /* The first comm's requests go in front, so that a timeout names its peer. */
-    int n = p2p_collect(run, first, run->pend);
-    for (int c = 0; c < run->ncomms; c++)
-        if (run->comms[c].comm != first)
-            n += p2p_collect(run, run->comms[c].comm, run->pend + n);
-    return coll_exec_idle(first, w, run->pend, n);
-}
+static const struct coll_sched_ops p2p_ops = {
+    .buf = p2p_buf, .handle = p2p_handle, .done = p2p_done, .find_conn = p2p_find_conn,
+};
 
 /* After a failure: comms with messages still in flight hold requests that point
  * at the caller's buffers, which the caller gets back now.  Poisoning them shuts
@@ -426,26 +381,14 @@ static void p2p_flight_begin(const struct p2p_run *run, struct coll_comm *comm,
 
 static collResult_t p2p_progress(struct p2p_run *run)
 {
-    int left = 0;
     size_t max_bytes = 0;
-    for (int i = 0; i < run->nops; i++) {
-        if (run->ops[i].state != P2P_DONE)
-            left++;
+    for (int i = 0; i < run->nops; i++)
         if (run->ops[i].bytes > max_bytes)
             max_bytes = run->ops[i].bytes;
-    }
-    struct coll_wait w;
-    coll_exec_wait_init(run->comms[0].comm, &w, max_bytes);
-    while (left > 0) {
-        bool moved = false;
-        COLL_CHECK(p2p_pass(run, &left, &moved));
-        if (moved) {
-            w.idle_since = 0;
-            continue;
-        }
-        COLL_CHECK(p2p_idle(run, &w));
-    }
-    return collSuccess;
+    struct coll_sched s = {.comm = run->ops[0].comm, .ops = &p2p_ops, .ctx = run,
+                           .lanes = run->lanes, .nlanes = run->nlanes,
+                           .piece_bytes = max_bytes};
+    return run->nlanes > 0 ? coll_engine_run(&s) : collSuccess;
 }
 
 collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name,
@@ -458,7 +401,6 @@ collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name
     struct p2p_run run = {.ops = ops, .nops = nops, .op_name = op_name};
     collResult_t res = collSuccess;
     COLL_CHECK(coll_calloc(&run.comms, (size_t)nops));
-    COLL_CHECK_GOTO(coll_calloc(&run.pend, 2 * (size_t)nops), res, out);
     for (int i = 0; i < nops; i++)
         COLL_CHECK_GOTO(p2p_add_comm(&run, ops[i].comm), res, out);
     /* A comm poisoned since the call was queued: issue nothing. */
@@ -500,9 +442,10 @@ collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name
     }
 out:
     for (int c = 0; c < run.ncomms; c++)
-        free(run.comms[c].last);
+        free(run.comms[c].lane);
     free(run.comms);
-    free(run.pend);
+    free(run.lanes);
+    free(run.lane_ops);
     free(run.stage);
     return res;
 }

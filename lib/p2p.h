@@ -22,13 +22,8 @@ struct coll_p2p_op {
     size_t bytes;
 
     /* Progress state, set up by coll_p2p_run. */
-    struct coll_conn *conn; /* NULL for a message to this rank itself */
-    struct coll_req *req[2]; /* header, data */
     uint64_t hdr[2];        /* the header sent or received: magic, byte count */
-    int prev;               /* the previous op on the same connection, or -1 */
-    int *inflight;          /* messages posted and not done on that connection */
     int state;
-    bool hdr_checked;
 };
 
 /* Runs a collective call now; collectives.c hands one to coll_group_queue_coll. */

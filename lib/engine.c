@@ -1,0 +1,539 @@
+/* The engine: one loop that runs schedules (engine.h), and the communicator's
+ * persistent poll set that its waits block on.
+ *
+ * The poll set is an epoll instance per communicator.  A wait names the
+ * descriptors it needs and the events; those already in the set with the same
+ * events cost nothing, so the usual wait (the same two or three connections
+ * call after call) is one epoll_wait.  A descriptor that was wanted once and is
+ * not now stays in the set until it reports an event nobody waits for, and is
+ * then taken out: level-triggered, it would otherwise wake every later wait.
+ * A descriptor closed behind the set's back leaves it by itself (the kernel
+ * drops it with its last reference); one that cannot be taken out (its number
+ * reused, the old file still open elsewhere) makes the set start afresh, and a
+ * wait that sees nothing for a whole tick adds its descriptors again, in case
+ * one was closed and its number reused (which the table cannot tell). */
+#include "engine.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "exec.h"
+#include "regcache.h"
+
+struct coll_engine {
+    int epfd;
+    int wakefd;              /* eventfd: coll_engine_wake */
+    uint64_t gen;            /* waits so far: which descriptors the current one wants */
+    /* Per descriptor number: events registered (0: not in the set), and the
+     * wait that last wanted it. */
+    struct engine_fd {
+        uint32_t events;
+        uint64_t gen;
+    } *fds;
+    size_t nfds;
+};
+
+static int engine_epoll_new(int wakefd)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+    if (ep < 0)
+        return -1;
+    struct epoll_event ev = {.events = EPOLLIN, .data.fd = wakefd};
+    if (epoll_ctl(ep, EPOLL_CTL_ADD, wakefd, &ev) != 0) {
+        close(ep);
+        return -1;
+    }
+    return ep;
+}
+
+collResult_t coll_engine_init(struct coll_comm *comm)
+{
+    struct coll_engine *e;
+    COLL_CHECK(coll_calloc(&e, 1));
+    e->wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    e->epfd = e->wakefd >= 0 ? engine_epoll_new(e->wakefd) : -1;
+    if (e->epfd < 0) {
+        int err = errno;
+        if (e->wakefd >= 0)
+            close(e->wakefd);
+        free(e);
+        coll_set_error(comm, "the progress engine's poll set could not be made: %s%s",
+                       strerror(err), err == EMFILE ? " (raise RLIMIT_NOFILE: ulimit -n)" : "");
+        return collSystemError;
+    }
+    comm->engine = e;
+    return collSuccess;
+}
+
+void coll_engine_fini(struct coll_comm *comm)
+{
+    struct coll_engine *e = comm->engine;
+    if (e == NULL)
+        return;
+    close(e->epfd);
+    close(e->wakefd);
+    free(e->fds);
+    free(e);
+    comm->engine = NULL;
+}
+
+int coll_engine_poll_fd(const struct coll_comm *comm)
+{
+    return comm->engine != NULL ? comm->engine->epfd : -1;
+}
+
+void coll_engine_wake(struct coll_comm *comm)
+{
+    struct coll_engine *e = comm->engine;
+    uint64_t one = 1;
+    if (e != NULL)
+        (void)!write(e->wakefd, &one, sizeof(one));
+}
+
+/* A step's state: running, done (its completer still wakes the engine, so the
+ * comm must live), released (the completer let go: the slot may be reused). */
+enum { STEP_RUNNING, STEP_DONE, STEP_RELEASED };
+
+void coll_step_complete(struct coll_step *s, collResult_t res)
+{
+    struct coll_comm *comm = s->comm;
+    s->res = res;
+    atomic_store_explicit(&s->state, STEP_DONE, memory_order_release);
+    coll_engine_wake(comm);
+    atomic_store_explicit(&s->state, STEP_RELEASED, memory_order_release);
+}
+
+/* Waits the few instructions until a done step's completer has let go. */
+static void step_wait_released(struct coll_step *st)
+{
+    while (atomic_load_explicit(&st->state, memory_order_acquire) == STEP_DONE)
+        sched_yield();
+}
+
+/* The entry for fd, growing the table; NULL when out of memory. */
+static struct engine_fd *engine_fd(struct coll_engine *e, int fd)
+{
+    if ((size_t)fd >= e->nfds) {
+        size_t n = e->nfds ? e->nfds : 64;
+        while (n <= (size_t)fd)
+            n *= 2;
+        struct engine_fd *p = realloc(e->fds, n * sizeof(*p));
+        if (p == NULL)
+            return NULL;
+        memset(p + e->nfds, 0, (n - e->nfds) * sizeof(*p));
+        e->fds = p;
+        e->nfds = n;
+    }
+    return &e->fds[fd];
+}
+
+/* Starts the set afresh with only the wake-up descriptor. */
+static void engine_reset(struct coll_engine *e)
+{
+    int ep = engine_epoll_new(e->wakefd);
+    if (ep < 0)
+        return; /* keep the old one: waits still end by their tick */
+    close(e->epfd);
+    e->epfd = ep;
+    memset(e->fds, 0, e->nfds * sizeof(*e->fds));
+}
+
+/* Puts fd in the set with events ev (this wait wants it). */
+static void engine_want(struct coll_engine *e, int fd, uint32_t ev)
+{
+    struct engine_fd *f = fd >= 0 ? engine_fd(e, fd) : NULL;
+    if (f == NULL)
+        return;
+    if (f->gen == e->gen)
+        ev |= f->events; /* wanted twice in one wait (two connections, one socket) */
+    f->gen = e->gen;
+    if (f->events == ev)
+        return;
+    struct epoll_event x = {.events = ev, .data.fd = fd};
+    int op = f->events == 0 ? EPOLL_CTL_ADD : EPOLL_CTL_MOD;
+    if (epoll_ctl(e->epfd, op, fd, &x) != 0) {
+        /* Closed and reused since (MOD: gone from the set; ADD: still there). */
+        op = errno == ENOENT ? EPOLL_CTL_ADD : errno == EEXIST ? EPOLL_CTL_MOD : -1;
+        if (op < 0 || epoll_ctl(e->epfd, op, fd, &x) != 0) {
+            f->events = 0;
+            return;
+        }
+    }
+    f->events = ev;
+}
+
+/* Adds fd to the set again, whatever the table says. */
+static void engine_resync(struct coll_engine *e, int fd, uint32_t ev)
+{
+    struct engine_fd *f = fd >= 0 && (size_t)fd < e->nfds ? &e->fds[fd] : NULL;
+    if (f == NULL)
+        return;
+    f->events = 0;
+    f->gen = 0;
+    engine_want(e, fd, ev);
+}
+
+#define ENGINE_EVENTS 64
+#define ENGINE_RESYNC_MS 50
+
+int coll_engine_block(struct coll_comm *comm, const struct pollfd *want, size_t n,
+                      struct pollfd *notice, int nn, int timeout_ms)
+{
+    struct coll_engine *e = comm->engine;
+    e->gen++;
+    for (size_t i = 0; i < n; i++)
+        engine_want(e, want[i].fd, (uint32_t)want[i].events);
+    for (int i = 0; i < nn; i++) {
+        engine_want(e, notice[i].fd, (uint32_t)notice[i].events);
+        notice[i].revents = 0;
+    }
+    struct epoll_event evs[ENGINE_EVENTS];
+    int got = epoll_wait(e->epfd, evs, ENGINE_EVENTS, timeout_ms), ready = 0;
+    if (got == 0 && timeout_ms >= ENGINE_RESYNC_MS) {
+        /* A whole tick and nothing: a descriptor closed and its number reused
+         * since it was added would be missing from the set, unseen.  Adding them
+         * again costs little next to the tick. */
+        for (size_t i = 0; i < n; i++)
+            engine_resync(e, want[i].fd, (uint32_t)want[i].events);
+        for (int i = 0; i < nn; i++)
+            engine_resync(e, notice[i].fd, (uint32_t)notice[i].events);
+    }
+    for (int k = 0; k < got; k++) {
+        int fd = evs[k].data.fd;
+        if (fd == e->wakefd) {
+            uint64_t v;
+            (void)!read(e->wakefd, &v, sizeof(v));
+            continue;
+        }
+        ready++;
+        for (int i = 0; i < nn; i++)
+            if (notice[i].fd == fd)
+                notice[i].revents = (short)evs[k].events;
+        struct engine_fd *f = (size_t)fd < e->nfds ? &e->fds[fd] : NULL;
+        if (f != NULL && f->gen == e->gen)
+            continue;
+        /* Ready, and no one waits for it: out of the set until wanted again. */
+        ready--;
+        if (epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL) != 0 && errno != ENOENT) {
+            engine_reset(e);
+            return ready;
+        }
+        if (f != NULL)
+            f->events = 0;
+    }
+    return ready;
+}
+
+/* --- schedules --- */
+
+static size_t lane_window(const struct coll_lane *l)
+{
+    return l->window == 0 || l->window > COLL_LANE_MAX_WINDOW ? COLL_LANE_MAX_WINDOW : l->window;
+}
+
+/* Whether [p, p+n) lies in [base, base+len). */
+static bool engine_within(const void *base, size_t len, const void *p, size_t n)
+{
+    uintptr_t b = (uintptr_t)base, q = (uintptr_t)p;
+    return base != NULL && q >= b && n <= len && q - b <= len - n;
+}
+
+static bool lane_ready(const struct coll_sched *s, const struct coll_lane *l, size_t i)
+{
+    return s->ops->ready == NULL || s->ops->ready(s->ctx, l, i);
+}
+
+static collResult_t lane_done(struct coll_sched *s, struct coll_lane *l, size_t i, void *buf)
+{
+    if (s->ops->done == NULL)
+        return collSuccess;
+    collResult_t res = s->ops->done(s->ctx, l, i, buf);
+    if (res != collSuccess)
+        coll_comm_poison(l->comm, res);
+    return res;
+}
+
+/* Takes lent pieces of l while ready; in order, as far as they have arrived. */
+static collResult_t lane_take(struct coll_sched *s, struct coll_lane *l, bool *moved_p)
+{
+    while (l->done < l->total && lane_ready(s, l, l->done)) {
+        void *buf;
+        size_t bytes, len = 0;
+        const void *src = NULL;
+        s->ops->buf(s->ctx, l, l->done, &buf, &bytes);
+        if (l->lent_off < bytes) {
+            COLL_CHECK(coll_exec_peek(l->comm, l->conn, bytes - l->lent_off, &src, &len));
+            if (src == NULL)
+                return collSuccess;
+            if (s->ops->consume)
+                s->ops->consume(s->ctx, l, l->done, l->lent_off, src, len);
+            else
+                memcpy((char *)buf + l->lent_off, src, len);
+            coll_exec_release(l->conn);
+            l->lent_off += len;
+            *moved_p = true;
+        }
+        if (l->lent_off == bytes) {
+            size_t i = l->done++;
+            l->posted = l->done;
+            l->lent_off = 0;
+            *moved_p = true;
+            COLL_CHECK(lane_done(s, l, i, buf));
+        }
+    }
+    return collSuccess;
+}
+
+/* Posts (or starts) pieces of l while ready and within its window. */
+static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *moved_p)
+{
+    size_t window = lane_window(l);
+    while (l->posted < l->total && l->posted - l->done < window && lane_ready(s, l, l->posted)) {
+        size_t i = l->posted, slot = i % COLL_LANE_MAX_WINDOW;
+        if (l->deferred) {
+            struct coll_step *st = &l->steps[slot];
+            step_wait_released(st); /* the slot's last step */
+            st->comm = l->comm;
+            st->res = collSuccess;
+            atomic_store_explicit(&st->state, STEP_RUNNING, memory_order_relaxed);
+            l->posted++;
+            s->ops->start(s->ctx, l, i, st);
+            *moved_p = true;
+            continue;
+        }
+        void *buf;
+        size_t bytes;
+        s->ops->buf(s->ctx, l, i, &buf, &bytes);
+        void *mh = s->ops->handle != NULL ? s->ops->handle(s->ctx, l, i, buf, bytes)
+                   : engine_within(l->reg, l->reg_bytes, buf, bytes) ? l->mh : NULL;
+        l->buf[slot] = buf;
+        if (l->is_send)
+            COLL_CHECK(coll_exec_isend_mh(l->comm, l->conn, buf, bytes, mh, &l->req[slot]));
+        else
+            COLL_CHECK(coll_exec_irecv_mh(l->comm, l->conn, buf, bytes, mh, &l->req[slot]));
+        l->posted++;
+        *moved_p = true;
+    }
+    return collSuccess;
+}
+
+/* Retires l's pieces that are done, oldest first. */
+static collResult_t lane_complete(struct coll_sched *s, struct coll_lane *l, bool *moved_p)
+{
+    while (l->done < l->posted) {
+        size_t i = l->done, slot = i % COLL_LANE_MAX_WINDOW;
+        if (l->deferred) {
+            struct coll_step *st = &l->steps[slot];
+            if (atomic_load_explicit(&st->state, memory_order_acquire) == STEP_RUNNING)
+                return collSuccess;
+            if (st->res != collSuccess) {
+                coll_comm_poison(l->comm, st->res);
+                return st->res;
+            }
+        } else {
+            bool ok;
+            COLL_CHECK(coll_exec_test(l->comm, &l->req[slot], &ok));
+            if (!ok)
+                return collSuccess;
+        }
+        l->done++;
+        *moved_p = true;
+        COLL_CHECK(lane_done(s, l, i, l->buf[slot]));
+    }
+    return collSuccess;
+}
+
+/* Prepares l for the run: its comm, steps, registration and lending. */
+static collResult_t lane_start(struct coll_sched *s, struct coll_lane *l)
+{
+    if (l->comm == NULL)
+        l->comm = s->comm;
+    if (l->total == 0)
+        return collSuccess;
+    if (l->deferred) {
+        COLL_CHECK(coll_calloc(&l->steps, COLL_LANE_MAX_WINDOW));
+        for (size_t i = 0; i < COLL_LANE_MAX_WINDOW; i++)
+            atomic_init(&l->steps[i].state, STEP_RELEASED);
+        return collSuccess;
+    }
+    if (l->conn == NULL)
+        return collSuccess; /* found later (lane_connect) */
+    l->mh = coll_reg_handle(l->comm, l->conn, l->reg, l->reg_bytes);
+    l->lending = !l->is_send && l->lend && l->conn->tp->recv_peek != NULL && l->mh == NULL;
+    l->standin.conn = l->conn;
+    return collSuccess;
+}
+
+/* One look, waiting up to wait_ms, for the connection of a lane without one. */
+static collResult_t lane_connect(struct coll_sched *s, struct coll_lane *l, int wait_ms,
+                                 bool *moved_p)
+{
+    COLL_CHECK(s->ops->find_conn(s->ctx, l, wait_ms));
+    if (l->conn == NULL)
+        return collSuccess;
+    *moved_p = true;
+    return lane_start(s, l);
+}
+
+static bool lane_active(const struct coll_lane *l)
+{
+    return l->done < l->total;
+}
+
+static bool sched_finished(const struct coll_sched *s)
+{
+    for (int k = 0; k < s->nlanes; k++)
+        if (lane_active(&s->lanes[k]))
+            return false;
+    return s->ops->finished == NULL || s->ops->finished(s->ctx);
+}
+
+/* The requests a wait on comm watches: the oldest of each of its lanes (a
+ * lending lane's stand-in for its connection); *steps_p counts the deferred
+ * steps waited for. */
+static int sched_pending(const struct coll_sched *s, const struct coll_comm *comm,
+                         struct coll_req **out, int *steps_p)
+{
+    int n = 0, steps = 0;
+    for (int k = 0; k < s->nlanes; k++) {
+        struct coll_lane *l = &s->lanes[k];
+        if (!lane_active(l) || (comm != NULL && l->comm != comm))
+            continue;
+        if (l->deferred)
+            steps += l->done < l->posted;
+        else if (l->conn == NULL)
+            continue;
+        else if (l->lending)
+            out[n++] = &l->standin;
+        else if (l->done < l->posted)
+            out[n++] = l->req[l->done % COLL_LANE_MAX_WINDOW];
+    }
+    *steps_p = steps;
+    return n;
+}
+
+/* Nothing moved.  Lanes of other comms than the schedule's (a group) first
+ * answer to their own comm's abort flag and deadline; then the wait is on every
+ * lane's requests, the schedule's comm's first so that a timeout names its peer.
+ * With nothing posted, the wait is for a missing connection, a while at most. */
+static collResult_t sched_idle(struct coll_sched *s, struct coll_wait *w, struct coll_req **pending)
+{
+    struct coll_comm *comm = s->comm;
+    int steps = 0;
+    if (s->multi_comm) {
+        int64_t now = coll_now_ns();
+        for (int k = 0; k < s->nlanes; k++) {
+            struct coll_comm *c = s->lanes[k].comm;
+            if (c == comm || (!atomic_load(&c->aborting) && now < c->deadline_ns))
+                continue;
+            int n = sched_pending(s, c, pending, &steps);
+            struct coll_wait at_once = {.idle_since = now, .steps = steps};
+            COLL_CHECK(coll_exec_idle(c, &at_once, pending, n));
+        }
+    }
+    int np = sched_pending(s, comm, pending, &w->steps);
+    if (s->multi_comm)
+        for (int k = 0; k < s->nlanes; k++) {
+            const struct coll_lane *l = &s->lanes[k];
+            if (l->comm == comm || !lane_active(l) || l->conn == NULL || l->deferred)
+                continue;
+            if (l->lending)
+                pending[np++] = (struct coll_req *)&l->standin;
+            else if (l->done < l->posted)
+                pending[np++] = l->req[l->done % COLL_LANE_MAX_WINDOW];
+        }
+    if (np == 0 && w->steps == 0) {
+        for (int k = 0; k < s->nlanes; k++) {
+            struct coll_lane *l = &s->lanes[k];
+            if (lane_active(l) && !l->deferred && l->conn == NULL) {
+                bool moved = false;
+                return lane_connect(s, l, 10, &moved);
+            }
+        }
+    }
+    return coll_exec_idle(comm, w, pending, np);
+}
+
+/* Frees a deferred lane's steps once no completer holds one: after a failure
+ * elsewhere, steps already started (a device copy) finish first, as they write
+ * their step.  A step that never finishes within the timeout is left to leak
+ * rather than written after being freed. */
+static void lane_free_steps(struct coll_lane *l)
+{
+    if (l->steps == NULL)
+        return;
+    int64_t until = coll_now_ns() + l->comm->timeout_ms * 1000000LL;
+    for (size_t i = l->done; i < l->posted; i++) {
+        struct coll_step *st = &l->steps[i % COLL_LANE_MAX_WINDOW];
+        while (atomic_load_explicit(&st->state, memory_order_acquire) == STEP_RUNNING) {
+            if (coll_now_ns() >= until) {
+                COLL_WARN("%s #%llu: a deferred step did not finish within %lld ms of a "
+                          "failure; its state is left allocated", l->comm->op_name,
+                          (unsigned long long)l->comm->seq, (long long)l->comm->timeout_ms);
+                l->steps = NULL;
+                return;
+            }
+            (void)coll_engine_block(l->comm, NULL, 0, NULL, 0, 10);
+        }
+    }
+    for (size_t k = 0; k < COLL_LANE_MAX_WINDOW; k++)
+        step_wait_released(&l->steps[k]);
+    free(l->steps);
+    l->steps = NULL;
+}
+
+#define ENGINE_STACK_LANES 16
+
+collResult_t coll_engine_run(struct coll_sched *s)
+{
+    collResult_t res = collSuccess;
+    struct coll_req *stack[ENGINE_STACK_LANES], **pending = stack;
+    if (s->nlanes > ENGINE_STACK_LANES)
+        COLL_CHECK(coll_calloc(&pending, (size_t)s->nlanes));
+    s->multi_comm = false;
+    for (int k = 0; k < s->nlanes; k++) {
+        COLL_CHECK_GOTO(lane_start(s, &s->lanes[k]), res, out);
+        s->multi_comm |= s->lanes[k].comm != s->comm;
+    }
+    struct coll_wait w;
+    coll_exec_wait_init(s->comm, &w, s->piece_bytes);
+    while (!sched_finished(s)) {
+        bool moved = false;
+        for (int pass = 0; pass < 2; pass++) /* receives before sends */
+            for (int k = 0; k < s->nlanes; k++) {
+                struct coll_lane *l = &s->lanes[k];
+                if (l->is_send != (pass == 1) || !lane_active(l))
+                    continue;
+                if (l->conn == NULL && !l->deferred)
+                    COLL_CHECK_GOTO(lane_connect(s, l, 0, &moved), res, out);
+                if (l->conn == NULL && !l->deferred)
+                    continue;
+                if (l->lending)
+                    COLL_CHECK_GOTO(lane_take(s, l, &moved), res, out);
+                else
+                    COLL_CHECK_GOTO(lane_post(s, l, &moved), res, out);
+            }
+        for (int k = 0; k < s->nlanes; k++)
+            if (!s->lanes[k].lending)
+                COLL_CHECK_GOTO(lane_complete(s, &s->lanes[k], &moved), res, out);
+        if (s->ops->progress != NULL && s->ops->progress(s->ctx))
+            moved = true;
+        if (moved) {
+            w.idle_since = 0;
+            continue;
+        }
+        COLL_CHECK_GOTO(sched_idle(s, &w, pending), res, out);
+    }
+out:
+    for (int k = 0; k < s->nlanes; k++)
+        lane_free_steps(&s->lanes[k]);
+    if (pending != stack)
+        free(pending);
+    return res;
+}

@@ -1,0 +1,143 @@
+/* The engine: runs schedules.
+ *
+ * An algorithm (or send/receive) describes its work as a schedule: a set of
+ * lanes, each one direction of one connection (or a lane of deferred steps with
+ * no connection), carrying pieces 0..total-1 in order.  The algorithm says, by
+ * callbacks, when piece i of a lane may start (ready: its dependencies, written
+ * as counts of other lanes' pieces done, as pipe.h's lags are), where its bytes
+ * are (buf), and what to do once it is done (done: reduce, count); work that
+ * belongs to no lane (a reduction waiting on several children) is `progress`.
+ * The engine owns everything else, in one loop for every schedule:
+ *
+ *   pass:  receives posted (or taken where the transport lends them)
+ *          sends posted            -- up to each lane's window, while ready()
+ *          lanes tested, oldest piece first; done() in order
+ *          progress()
+ *   idle:  when a whole pass moved nothing, coll_exec_idle: spin, yield, then
+ *          block on the communicator's persistent poll set (epoll, no cap on
+ *          descriptors) under the deadline, abort and failure notices
+ *
+ * A deferred step (a lane with no connection) is started by the algorithm's
+ * `start` callback and finished later, from any thread, by coll_step_complete:
+ * a device copy or a kernel becomes a step without a descriptor of its own.  A
+ * blocked wait wakes on the communicator's wake-up descriptor, which
+ * coll_step_complete and collCommAbort write.
+ */
+#ifndef COLL_ENGINE_H
+#define COLL_ENGINE_H
+
+#include <poll.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+#include "internal.h"
+
+#define COLL_LANE_MAX_WINDOW 64 /* pieces in flight per lane */
+
+/* A deferred step: started by the algorithm, finished by coll_step_complete. */
+struct coll_step {
+    struct coll_comm *comm;
+    atomic_int state;       /* running, done, released (engine.c) */
+    collResult_t res;       /* set before state */
+};
+
+/* Marks s done with res (collSuccess or the failure, described beforehand with
+ * coll_set_error on s->comm) and wakes the engine.  Safe from any thread; the
+ * engine does not return (nor reuse s) until this call is past its last touch
+ * of s and the comm. */
+void coll_step_complete(struct coll_step *s, collResult_t res);
+
+struct coll_lane {
+    /* Set by the algorithm. */
+    struct coll_conn *conn;  /* NULL on a lane of connection: ops->find_conn finds it */
+    bool deferred;           /* a lane of deferred steps (ops->start), no connection */
+    struct coll_comm *comm;  /* NULL: the schedule's (a group spans communicators) */
+    bool is_send;
+    size_t total;            /* pieces */
+    size_t window;           /* pieces in flight; 0 or > max: COLL_LANE_MAX_WINDOW */
+    int tag;                 /* the algorithm's, to tell its lanes apart */
+    /* Receives only: take pieces where the transport lends them (recv_peek), in
+     * order under ready(), without posting receives or a window. */
+    bool lend;
+    /* Optional: the user buffer pieces of this lane lie in (reg_bytes bytes);
+     * pieces inside it go to the transport with its handle for it (regcache.h),
+     * so it may move them in place.  A receive lane with a handle does not lend. */
+    const void *reg;
+    size_t reg_bytes;
+
+    /* The engine's. */
+    size_t posted, done;     /* pieces posted (started) and done */
+    size_t lent_off;         /* bytes of piece `done` taken so far (lending) */
+    void *mh;
+    bool lending;
+    void *buf[COLL_LANE_MAX_WINDOW];
+    struct coll_req *req[COLL_LANE_MAX_WINDOW];
+    struct coll_step *steps; /* deferred lanes: COLL_LANE_MAX_WINDOW */
+    struct coll_req standin; /* what a wait on a lending lane watches */
+};
+
+struct coll_sched_ops {
+    /* Whether piece i of l may start now.  NULL: at once. */
+    bool (*ready)(void *ctx, const struct coll_lane *l, size_t i);
+    /* Where piece i of l is sent from or received into, and its size. */
+    void (*buf)(void *ctx, const struct coll_lane *l, size_t i, void **p, size_t *bytes);
+    /* Optional: the transport's handle for piece i's buffer (regcache.h), when
+     * pieces lie in buffers of their own (messages); else l->reg is used. */
+    void *(*handle)(void *ctx, const struct coll_lane *l, size_t i, void *p, size_t bytes);
+    /* Optional: piece i of l is done (receives: its bytes are in p).  A failure
+     * (a header that does not match), described on the lane's comm, ends the
+     * schedule with it. */
+    collResult_t (*done)(void *ctx, struct coll_lane *l, size_t i, void *p);
+    /* Optional, for lending lanes: takes len bytes of piece i at offset off from
+     * where the transport lent them, instead of their copy into buf's buffer
+     * (reduce straight from the peer's bytes).  done() follows as usual. */
+    void (*consume)(void *ctx, const struct coll_lane *l, size_t i, size_t off,
+                    const void *src, size_t len);
+    /* Optional: starts deferred step i of l (a lane with no connection); it ends
+     * with coll_step_complete(s, ...), now or later, from any thread. */
+    void (*start)(void *ctx, struct coll_lane *l, size_t i, struct coll_step *s);
+    /* Optional: looks for the connection of a lane that has none yet (a receive
+     * whose sender connects when its code gets there), waiting up to wait_ms;
+     * sets l->conn when it is there. */
+    collResult_t (*find_conn)(void *ctx, struct coll_lane *l, int wait_ms);
+    /* Optional: work of no one lane; returns whether it moved anything. */
+    bool (*progress)(void *ctx);
+    /* Optional: whether the schedule is done once every lane is (the last
+     * reductions); NULL: it is. */
+    bool (*finished)(void *ctx);
+};
+
+struct coll_sched {
+    struct coll_comm *comm;
+    const struct coll_sched_ops *ops;
+    void *ctx;
+    struct coll_lane *lanes;
+    int nlanes;
+    size_t piece_bytes;      /* largest piece, for the waiting policy */
+    bool multi_comm;         /* the engine's: some lane is on another comm */
+};
+
+/* Runs s to completion (or the first failure, described and poisoning the
+ * comm).  Lanes' engine fields must be zero.  Over lanes of several comms, each
+ * comm's deadline and abort count for its own lanes. */
+collResult_t coll_engine_run(struct coll_sched *s);
+
+/* The communicator's poll set and wake-up descriptor (comm->engine), made at
+ * communicator creation and freed with it. */
+collResult_t coll_engine_init(struct coll_comm *comm);
+void coll_engine_fini(struct coll_comm *comm);
+/* Wakes a wait blocked on comm's poll set (any thread). */
+void coll_engine_wake(struct coll_comm *comm);
+/* The poll set's descriptor, for tests and diagnostics. */
+int coll_engine_poll_fd(const struct coll_comm *comm);
+
+/* Blocks until one of want[0..n) is ready, a failure notice arrives (notice,
+ * nn entries from coll_bootstrap_notice_fds: their revents are filled), the
+ * engine is woken, or timeout_ms passes; returns how many of the descriptors
+ * named were ready.  They stay in the poll set between waits, so a wait on the
+ * same ones costs one system call. */
+int coll_engine_block(struct coll_comm *comm, const struct pollfd *want, size_t n,
+                       struct pollfd *notice, int nn, int timeout_ms);
+
+#endif
