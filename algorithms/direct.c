@@ -1,5 +1,5 @@
 /* The direct allreduce: when every rank's sendbuff and recvbuff lie in
- * collMemAlloc memory (lib/mem.c) and every rank reaches every other over shared
+ * collMemAlloc memory (lib/engine/mem.c) and every rank reaches every other over shared
  * memory, each rank reads the peers' buffers where they lie instead of passing
  * them through the slot rings.
  *
@@ -182,15 +182,6 @@ static collResult_t direct_barrier(struct coll_comm *comm)
 
 /* Some rank cannot take the direct path: the call runs the algorithm the planner
  * picks among the others, and says so in the flight record. */
-static collResult_t direct_fallback(struct coll_comm *comm, const struct coll_args *a)
-{
-    const struct coll_algo *algo;
-    COLL_CHECK(coll_algo_select_other(comm, COLL_FUNC_ALLREDUCE, a, &coll_algo_direct, &algo));
-    comm->last_algo_name = algo->name;
-    coll_flight_algo(comm, algo->name);
-    return algo->run[COLL_FUNC_ALLREDUCE](comm, a);
-}
-
 /* The peer's sendbuff and recvbuff as this rank sees them. */
 struct direct_bufs {
     const char *in, *out;
@@ -254,7 +245,7 @@ static collResult_t direct_allreduce(struct coll_comm *comm, const struct coll_a
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
     if (d->skip > 0) {
         d->skip--;
-        return direct_fallback(comm, a);
+        return COLL_ALGO_DECLINED;
     }
     struct direct_bufs *buf;
     COLL_CHECK(coll_calloc(&buf, (size_t)n));
@@ -262,7 +253,7 @@ static collResult_t direct_allreduce(struct coll_comm *comm, const struct coll_a
     collResult_t res = direct_map_all(comm, a, bytes, buf, &ok);
     if (res != collSuccess || !ok) {
         free(buf);
-        return res != collSuccess ? res : direct_fallback(comm, a);
+        return res != collSuccess ? res : COLL_ALGO_DECLINED;
     }
 
     /* 3. Segment r from every rank's input, own first, chunk by chunk. */

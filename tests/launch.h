@@ -33,11 +33,11 @@
 
 #include "collective.h"
 
-/* The algorithm of the last call on comm ("ring", "direct", ...; lib/internal.h),
+/* The algorithm of the last call on comm ("ring", "direct", ...; lib/engine/internal.h),
  * for tests that check which path ran. */
 const char *coll_comm_last_algo(const struct coll_comm *comm);
 /* Whether comm has a send (is_send) or receive connection with peer yet
- * (lib/internal.h). */
+ * (lib/engine/internal.h). */
 bool coll_comm_has_conn(const struct coll_comm *comm, int peer, bool is_send);
 
 struct launch_rank {

@@ -9,7 +9,7 @@
  *   c. the root never answers: nobody listens at COLL_COMM_ID; the listener of a
  *      collGetUniqueId id is gone (its process exited); a listener that accepts
  *      connections and never says anything
- *   d. wrong secret: one rank's id has its secret bytes flipped (lib/bootstrap.h's
+ *   d. wrong secret: one rank's id has its secret bytes flipped (lib/engine/bootstrap.h's
  *      struct coll_id), with COLL_COMM_ID and with a collGetUniqueId listener
  *   e. 200 bytes of garbage sent to the root's address, and a connection that sends
  *      nothing, while the real ranks join: their init must succeed

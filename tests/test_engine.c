@@ -1,4 +1,4 @@
-/* The engine (lib/engine.c) on its own: schedules with deferred steps, and the
+/* The engine (lib/engine/engine.c) on its own: schedules with deferred steps, and the
  * communicator's persistent poll set.
  *
  *   pipeline   2 ranks as threads.  Rank 0 stages its data through a "device":

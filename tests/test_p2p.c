@@ -382,7 +382,7 @@ static void test_two_comms(struct launch_rank *lr)
     LR_CHECK_RES(lr, collCommDestroy(c2), collSuccess, NULL);
 }
 
-/* collCommGetBytes: a message carries a 16-byte header before its data (lib/p2p.c),
+/* collCommGetBytes: a message carries a 16-byte header before its data (lib/core/p2p.c),
  * which the counters include, on both sides. */
 #define P2P_HEADER_BYTES 16u
 

@@ -1,5 +1,5 @@
 /*
- * Registered buffers in the data path (lib/regcache.c; the verbs rendezvous,
+ * Registered buffers in the data path (lib/engine/regcache.c; the verbs rendezvous,
  * transports/verbs/verbs.c), on every rank of a launch:
  *
  *   COLL_TRANSPORTS=verbs collrun -n 3 test_rdv      (tests/test_verbs.sh, in the VM)

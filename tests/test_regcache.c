@@ -1,4 +1,4 @@
-/* Unit test: the registration cache (lib/regcache.c) against a transport that
+/* Unit test: the registration cache (lib/engine/regcache.c) against a transport that
  * only counts its registrations: lookups of collMemAlloc and user-registered
  * memory, none for other memory, LRU eviction by entries and by bytes sparing
  * the call in progress, invalidation by collMemFree (memory allocated again at

@@ -14,7 +14,7 @@
  * The ranks are real communicators whose transport context, listener and
  * published handle the test borrows (side_open: the one place that knows how a
  * context is obtained); nothing here calls a collective.  The waits are those of
- * the core (lib/exec.c): test() until nothing completes, then wait_prepare() and
+ * the core (lib/engine/exec.c): test() until nothing completes, then wait_prepare() and
  * poll() on c->fds, POLLIN for receives and for conns with poll_in, POLLOUT for
  * other sends; a lent receive (recv_peek) waits with a stand-in request {conn}.
  *
@@ -387,7 +387,7 @@ static bool op_step(struct op *o)
     return true;
 }
 
-/* Drives ops the way the core waits (lib/exec.c, coll_exec_idle): test() each;
+/* Drives ops the way the core waits (lib/engine/exec.c, coll_exec_idle): test() each;
  * after passes in which none ended, wait_prepare() each pending one and poll()
  * their descriptors for tick_ms.  Returns how many are still pending after
  * limit_ms; *timeouts_p (when given) counts the polls that ran out their tick. */
@@ -1303,7 +1303,7 @@ static void reg_pair(struct op o[2], struct link *l, size_t n, const struct reg_
 
 /* What reg does with what it cannot register: device memory on a transport
  * without COLL_TP_CAP_CUDA_MEM is refused with a NULL handle.  An empty range is
- * outside the contract (the core never registers one: lib/regcache.c gives no
+ * outside the contract (the core never registers one: lib/engine/regcache.c gives no
  * handle for 0 bytes); reg must not crash on it, and a handle it gives back
  * must dereg. */
 static void reg_refusals(struct side *s)

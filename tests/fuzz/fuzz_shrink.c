@@ -1,4 +1,4 @@
-/* Fuzz target: what collCommShrink reads from the network (lib/split.c): a join
+/* Fuzz target: what collCommShrink reads from the network (lib/core/split.c): a join
  * at the coordinator, read a piece at a time (coll_wire_shrink_join on every
  * prefix, as the coordinator does), and the coordinator's answer at a member
  * (coll_wire_shrink_reply).  The first input byte picks which, and the size of

@@ -105,6 +105,15 @@ static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
         res = coll_mismatch_check(comm, (int)f, a);
     if (res == collSuccess)
         res = algo->run[f](comm, a);
+    if (res == COLL_ALGO_DECLINED) {
+        /* Every rank declined alike: the planner's choice without it runs. */
+        res = coll_algo_select_other(comm, f, a, algo, &algo);
+        if (res == collSuccess) {
+            comm->last_algo_name = algo->name;
+            coll_flight_algo(comm, algo->name);
+            res = algo->run[f](comm, a);
+        }
+    }
     coll_flight_end(comm, res);
     atomic_fetch_sub(&comm->busy, 1);
     return res;

@@ -78,7 +78,7 @@ enum coll_wire_verdict coll_wire_rank_table(const void *buf, size_t len, int nra
 enum coll_wire_verdict coll_wire_id(const void *buf, size_t len, struct coll_id *out,
                                     const char **why_p);
 
-/* collCommShrink (lib/split.c), on the survivors' bootstrap listeners. */
+/* collCommShrink (lib/core/split.c), on the survivors' bootstrap listeners. */
 #define COLL_SHRINK_MAGIC 0x4b524853u /* "SHRK" */
 #define COLL_SHRINK_MSG_BYTES 160
 

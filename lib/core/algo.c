@@ -9,22 +9,9 @@
 #include "reduce.h"
 
 #include <string.h>
-#include <strings.h>
 
-/* Defined in algorithms/; only the table names them. */
-extern const struct coll_algo coll_algo_ring;
-extern const struct coll_algo coll_algo_tree;
-extern const struct coll_algo coll_algo_naive;
-extern const struct coll_algo coll_algo_rd;
-
-static const struct coll_algo *const algo_table[] = {
-    &coll_algo_ring,
-    &coll_algo_tree,
-    &coll_algo_naive,
-    &coll_algo_rd,
-    &coll_algo_direct,
-};
-#define NALGOS ((int)(sizeof(algo_table) / sizeof(algo_table[0])))
+#define NALGOS COLL_NALGOS
+#define algo_table coll_algo_table
 
 static const char *const func_names[COLL_FUNC_COUNT] = {
     [COLL_FUNC_ALLREDUCE] = "allreduce", [COLL_FUNC_BROADCAST] = "broadcast",
@@ -35,19 +22,6 @@ static const char *const func_names[COLL_FUNC_COUNT] = {
 const char *coll_func_name(enum coll_func f)
 {
     return (unsigned)f < COLL_FUNC_COUNT ? func_names[f] : "?";
-}
-
-static const struct coll_algo *algo_by_name(const char *name, size_t len)
-{
-    for (int i = 0; i < NALGOS; i++)
-        if (strlen(algo_table[i]->name) == len && strncasecmp(algo_table[i]->name, name, len) == 0)
-            return algo_table[i];
-    return NULL;
-}
-
-const struct coll_algo *coll_algo_find(const char *name)
-{
-    return algo_by_name(name, strlen(name));
 }
 
 collResult_t coll_algo_comm_init(struct coll_comm *comm)
@@ -112,7 +86,7 @@ static int algo_parse(const char *spec, enum coll_func f, bool *allowed, char *e
         while (q < list + list_len) {
             const char *comma = memchr(q, ',', (size_t)(list + list_len - q));
             size_t nl = comma ? (size_t)(comma - q) : (size_t)(list + list_len - q);
-            const struct coll_algo *a = algo_by_name(q, nl);
+            const struct coll_algo *a = coll_algo_find_n(q, nl);
             if (a == NULL) {
                 snprintf(err, errlen, "COLL_ALGO: unknown algorithm '%.*s'", (int)nl, q);
                 return -1;

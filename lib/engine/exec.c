@@ -18,13 +18,6 @@
 #include "flight.h"
 #include "socket.h"
 
-int64_t coll_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
-}
-
 void coll_exec_begin(struct coll_comm *comm, const char *op_name)
 {
     int64_t now = coll_now_ns();

@@ -28,7 +28,7 @@ struct coll_peer {
     struct coll_conn *recv_conn;
 };
 
-/* The planner's model of the machine (lib/plan.c, coll_model_cost in algo.h): a
+/* The planner's model of the machine (lib/core/plan.c, coll_model_cost in algo.h): a
  * round of messages costs lat_us; every message costs msg_us of CPU at the rank
  * that sends or receives it, and, with more ranks than cores, wake_us of a core
  * to wake its receiver (shared by the host's cores).  Moving bytes costs the
@@ -145,9 +145,13 @@ struct coll_comm {
     const struct coll_algo *mismatch_algo; /* the allgather that carries them */
 };
 
-/* Records the cause of a failure for collGetLastError and logs it at WARN. */
+/* Records the cause of a failure for collGetLastError and logs it at WARN; with
+ * comm NULL, as the calling thread's (comm_state.c). */
 void coll_set_error(struct coll_comm *comm, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* The calling thread's last failure without a communicator, and setting it. */
+const char *coll_thread_error(void);
+void coll_set_thread_error(const char *msg);
 /* Poisons comm with res (system/remote/timeout) and shuts connections down so
  * peers blocked on this rank fail fast instead of waiting for their deadline. */
 void coll_comm_poison(struct coll_comm *comm, collResult_t res);

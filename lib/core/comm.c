@@ -19,56 +19,6 @@
 #include "stream.h"
 #include "wire.h"
 
-/* The cause of the last failure that had no communicator (a failed init). */
-static _Thread_local char tls_last_error[COLL_ERRMSG_BYTES];
-
-void coll_set_error(struct coll_comm *comm, const char *fmt, ...)
-{
-    char *dst = comm ? comm->last_error : tls_last_error;
-    int o = comm && comm->name[0] ? snprintf(dst, COLL_ERRMSG_BYTES, "comm \"%s\": ", comm->name)
-                                  : 0;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(dst + o, COLL_ERRMSG_BYTES - (size_t)o, fmt, ap);
-    va_end(ap);
-    COLL_WARN("%s", dst);
-}
-
-void coll_comm_poison(struct coll_comm *comm, collResult_t res)
-{
-    int expected = collSuccess;
-    if (atomic_compare_exchange_strong(&comm->async_error, &expected, (int)res)) {
-        /* The notice first: a neighbour that then sees its connection close finds
-         * the notice waiting, and with it the rank to blame. */
-        coll_bootstrap_notify_failure(comm);
-        coll_transport_shutdown_all(comm);
-    }
-}
-
-void coll_comm_blame(struct coll_comm *comm, int peer)
-{
-    int none = -1;
-    if (atomic_load(&comm->async_error) == collSuccess)
-        atomic_compare_exchange_strong(&comm->failed_peer, &none, peer);
-}
-
-collResult_t coll_comm_scratch(struct coll_comm *comm, size_t bytes, void **p_p)
-{
-    if (bytes > comm->scratch_bytes) {
-        free(comm->scratch);
-        comm->scratch = NULL;
-        comm->scratch_bytes = 0;
-        /* Page-aligned so the reduction kernels see aligned slots. */
-        if (posix_memalign(&comm->scratch, 4096, bytes) != 0) {
-            coll_set_error(comm, "cannot allocate %zu bytes of scratch", bytes);
-            return collSystemError;
-        }
-        comm->scratch_bytes = bytes;
-    }
-    *p_p = comm->scratch;
-    return collSuccess;
-}
-
 COLL_API collResult_t collGetVersion(int *version)
 {
     if (version == NULL) {
@@ -414,7 +364,7 @@ collResult_t coll_comm_create(collComm_t *comm_p, int nranks, const struct coll_
     }
     collResult_t res = comm_setup(comm, id);
     if (res != collSuccess) {
-        snprintf(tls_last_error, sizeof(tls_last_error), "%s", comm->last_error);
+        coll_set_thread_error(comm->last_error);
         comm_free(comm);
         return res;
     }
@@ -582,5 +532,5 @@ const char *coll_comm_last_algo(const struct coll_comm *comm)
 
 COLL_API const char *collGetLastError(collComm_t comm)
 {
-    return comm ? comm->last_error : tls_last_error;
+    return comm ? comm->last_error : coll_thread_error();
 }

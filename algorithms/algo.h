@@ -33,13 +33,23 @@ struct coll_algo {
     void (*comm_fini)(struct coll_comm *comm);
 };
 
-/* The direct allreduce (algorithms/direct.c), which names itself when it falls back. */
-extern const struct coll_algo coll_algo_direct;
+/* The table (algorithms/table.c): every algorithm, in the order of COLL_ALGO's
+ * bits and of the planner's ties. */
+#define COLL_NALGOS 5
+extern const struct coll_algo *const coll_algo_table[COLL_NALGOS];
 
-/* The table's algorithm of that name; NULL when none.  The planner's probes and
- * an algorithm's own small steps (an agreement, a barrier) name the algorithm
- * they need instead of asking the planner, whose choices they must not move. */
+/* The table's algorithm of that name (any case; len bytes of name); NULL when
+ * none.  The planner's probes and an algorithm's own small steps (an agreement,
+ * a barrier) name the algorithm they need instead of asking the planner, whose
+ * choices they must not move. */
 const struct coll_algo *coll_algo_find(const char *name);
+const struct coll_algo *coll_algo_find_n(const char *name, size_t len);
+
+/* What an algorithm's run returns when, all ranks agreeing, it declines a call
+ * it chose to take (the direct allreduce finding buffers some rank cannot map):
+ * the core then runs the planner's choice without it (coll_algo_select_other).
+ * Never returned to a user. */
+#define COLL_ALGO_DECLINED ((collResult_t)-1)
 /* Every algorithm's comm_init, in table order; comm_fini for all. */
 collResult_t coll_algo_comm_init(struct coll_comm *comm);
 void coll_algo_comm_fini(struct coll_comm *comm);

@@ -5,7 +5,7 @@
  * its own registered slots.
  *
  * What is cached: only memory whose lifetime the library sees.
- *   - collMemAlloc regions (lib/mem.c).  An entry is keyed by the region's id,
+ *   - collMemAlloc regions (lib/engine/mem.c).  An entry is keyed by the region's id,
  *     which is never reused, so memory freed and allocated again at the same
  *     address never matches an old entry; collMemFree bumps a counter that makes
  *     each cache drop (deregister) the entries of freed regions at its next use.

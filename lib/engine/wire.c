@@ -1,4 +1,4 @@
-/* The checks of bytes from the network (lib/wire.h).  Pure: no I/O, no logging,
+/* The checks of bytes from the network (lib/engine/wire.h).  Pure: no I/O, no logging,
  * no allocation, so the fuzz targets in tests/fuzz run them as they are. */
 #include "wire.h"
 

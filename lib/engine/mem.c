@@ -36,7 +36,7 @@ static pthread_mutex_t mem_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct mem_region *mem_regions;
 static uint64_t mem_next_id = 1;
 /* collMemFree calls so far: a registration cache that saw another count looks
- * for registrations of regions that are gone (lib/regcache.c). */
+ * for registrations of regions that are gone (lib/engine/regcache.c). */
 static atomic_uint_fast64_t mem_frees;
 
 COLL_API collResult_t collMemAlloc(void **ptr, size_t size)

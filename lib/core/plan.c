@@ -1,7 +1,7 @@
 /* The planner's machine model (struct coll_model in internal.h): each
  * algorithm's predict() describes a call as hops, the bytes of its busiest rank,
  * the bytes of all ranks and the bytes reduced, and coll_model_time() turns that
- * into microseconds; lib/algo.c picks the lowest.
+ * into microseconds; lib/core/algo.c picks the lowest.
  *
  * alpha and the bandwidths come from COLL_LINK_LATENCY_NS / COLL_LINK_BW_MBS, or
  * are measured once at init: the median of fifty 4-byte recursive-doubling

@@ -1,13 +1,13 @@
 /* COLL_CHECK_MISMATCH: before a collective moves any data, the ranks exchange
  * what each was called with and fail alike, with collInvalidUsage, when the
- * calls differ (lib/mismatch.c). */
+ * calls differ (lib/core/mismatch.c). */
 #ifndef COLL_MISMATCH_H
 #define COLL_MISMATCH_H
 
 #include "algo.h"
 #include "internal.h"
 
-/* The operation codes of the calls that run as sets of messages (lib/p2p.c),
+/* The operation codes of the calls that run as sets of messages (lib/core/p2p.c),
  * which are no enum coll_func. */
 #define COLL_MISMATCH_ALLTOALL COLL_FUNC_COUNT
 #define COLL_MISMATCH_GATHER (COLL_FUNC_COUNT + 1)

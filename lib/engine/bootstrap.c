@@ -38,7 +38,7 @@ struct root_state {
     char addr[COLL_ADDR_STRLEN];
 };
 
-/* The checks of what the root and the ring listener read (lib/wire.h), in the
+/* The checks of what the root and the ring listener read (lib/engine/wire.h), in the
  * shape coll_hellos_next calls. */
 static int root_check(const void *buf, size_t got, const void *secret, const char **why_p)
 {
@@ -456,8 +456,8 @@ static collResult_t boot_ring_link(struct coll_comm *comm, int64_t deadline)
     }
     coll_hellos_fini(&hellos);
     /* The listener stays open for the communicator's life: collCommShrink meets
-     * the survivors there (lib/split.c), and a peer that finds it refusing
-     * connections knows this rank is gone (lib/transport.c).  Nothing else reads
+     * the survivors there (lib/core/split.c), and a peer that finds it refusing
+     * connections knows this rank is gone (lib/engine/transport.c).  Nothing else reads
      * it after init; shrink drops what is not a join of its own. */
     return res;
 }

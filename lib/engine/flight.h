@@ -2,7 +2,7 @@
  * operations (name, sequence number, size, algorithm, state, start time and
  * the bytes moved with each peer), so that a timeout or a failure can say what
  * every recent call was doing and which peer stopped.  It is printed at WARN
- * once, when the communicator is poisoned or aborted (lib/flight.c).
+ * once, when the communicator is poisoned or aborted (lib/engine/flight.c).
  *
  * The communicator's owner thread is the only writer and takes no lock; a
  * reader in another thread (collCommAbort) sees whole records through a
