@@ -11,7 +11,8 @@
  * counts (every third type), and both inside an open group with a ring
  * exchange, a nested group and a collective; several messages to one peer
  * arriving in order; messages to the rank itself; a collective queued in a
- * group with sends and receives; a group spanning two communicators; the
+ * group with sends and receives; a group spanning two communicators (and one
+ * that times out on one of them, leaving the other usable); the
  * collCommGetBytes counters around sends, groups, collectives and a split
  * (test_bytes; exact for the ring allreduce, which COLL_ALGO=allreduce:ring
  * pins in the p2p-ring-* registrations); the refused calls (peer or root out
@@ -382,6 +383,69 @@ static void test_two_comms(struct launch_rank *lr)
     LR_CHECK_RES(lr, collCommDestroy(c2), collSuccess, NULL);
 }
 
+/* One group over a 2-rank communicator and a bigger one whose message never
+ * comes: the group times out on the big one's deadline (1.5 s), naming its
+ * silent peer, while the small one, whose messages all completed and whose own
+ * deadline (0.5 s) passed first, stays usable.  Its rank numbers are not the
+ * big one's: a timeout must not read one comm's peers with another's numbers. */
+static void test_group_timeout(struct launch_rank *lr)
+{
+    int n = lr->nranks, r = lr->rank, silent = n - 1;
+    if (n < 3)
+        return;
+    collUniqueId id;
+    memset(&id, 0, sizeof(id));
+    if (r == 0)
+        MUST(lr, collGetUniqueId(&id));
+    MUST(lr, collBroadcast(&id, &id, sizeof(id), collUint8, 0, lr->comm, NULL));
+    collConfig_t big_cfg = COLL_CONFIG_INITIALIZER, small_cfg = COLL_CONFIG_INITIALIZER;
+    big_cfg.timeoutMs = 1500;
+    small_cfg.timeoutMs = 500;
+    collComm_t big, small = NULL;
+    collResult_t res = collCommInitRankConfig(&big, n, id, r, &big_cfg);
+    if (res != collSuccess)
+        launch_fatal(lr, "big communicator: %s (%s)", collGetErrorString(res),
+                     collGetLastError(NULL));
+    MUST(lr, collCommSplit(lr->comm, r < 2 ? 0 : COLL_SPLIT_NOCOLOR, r, &small, &small_cfg));
+    /* One message from the silent rank makes the connection the group waits on. */
+    int32_t v = 7, got = -1, never = -1, peer_v = 100 + r, peer_got = -1;
+    if (r == silent)
+        MUST(lr, collSend(&v, 1, collInt32, 0, big, NULL));
+    if (r == 0) {
+        MUST(lr, collRecv(&got, 1, collInt32, silent, big, NULL));
+        LR_CHECK(lr, got == 7, "first message gave %d", got);
+    }
+    if (r < 2) {
+        MUST(lr, collGroupStart());
+        MUST(lr, collSend(&peer_v, 1, collInt32, 1 - r, small, NULL));
+        MUST(lr, collRecv(&peer_got, 1, collInt32, 1 - r, small, NULL));
+        if (r == 0)
+            MUST(lr, collRecv(&never, 1, collInt32, silent, big, NULL));
+        res = collGroupEnd();
+        LR_CHECK(lr, peer_got == 101 - r, "small comm gave %d", peer_got);
+        if (r == 0) {
+            LR_CHECK(lr, res == collTimeout, "the group returned %s, want collTimeout (%s)",
+                     collGetErrorString(res), collGetLastError(big));
+            char want[32];
+            snprintf(want, sizeof(want), "rank %d", silent);
+            LR_CHECK(lr, strstr(collGetLastError(big), want) != NULL,
+                     "the timeout does not name %s: %s", want, collGetLastError(big));
+            collResult_t async = collSuccess;
+            MUST(lr, collCommGetAsyncError(small, &async));
+            LR_CHECK(lr, async == collSuccess, "the small comm was poisoned: %s (%s)",
+                     collGetErrorString(async), collGetLastError(small));
+        } else {
+            LR_CHECK_RES(lr, res, collSuccess, small);
+        }
+    }
+    /* Every rank waits for rank 0's timeout before letting go of the big comm. */
+    int32_t one = 1, all = 0;
+    MUST(lr, collAllReduce(&one, &all, 1, collInt32, collSum, lr->comm, NULL));
+    if (small != NULL)
+        LR_CHECK_RES(lr, collCommDestroy(small), collSuccess, NULL);
+    (void)collCommDestroy(big);
+}
+
 /* collCommGetBytes: a message carries a 16-byte header before its data (lib/core/p2p.c),
  * which the counters include, on both sides. */
 #define P2P_HEADER_BYTES 16u
@@ -742,6 +806,7 @@ static void p2p_body(struct launch_rank *lr)
     test_self(lr);
     test_grouped_collective(lr);
     test_two_comms(lr);
+    test_group_timeout(lr);
     test_bytes(lr);
     test_refused(lr);
     test_mismatch(lr); /* last: it poisons the comm */

@@ -418,19 +418,43 @@ static int sched_pending(const struct coll_sched *s, const struct coll_comm *com
     return n;
 }
 
-/* Nothing moved.  Lanes of other comms than the schedule's (a group) first
- * answer to their own comm's abort flag and deadline; then the wait is on every
- * lane's requests, the schedule's comm's first so that a timeout names its peer.
- * With nothing posted, the wait is for a missing connection, a while at most. */
+/* Whether l waits on something this pass could not move: a posted piece, a
+ * lent one, a deferred step. */
+static bool lane_waits(const struct coll_lane *l)
+{
+    return lane_active(l) && (l->deferred ? l->done < l->posted
+                              : l->conn != NULL && (l->lending || l->done < l->posted));
+}
+
+/* Nothing moved.  The wait runs on the comm of the first lane that waits (a
+ * group's lanes may be on several): its deadline and abort flag, its peers named
+ * on a timeout.  Other comms with lanes waiting answer to their own deadline and
+ * abort flag first.  The wait watches every waiting lane's oldest request, the
+ * chosen comm's first.  With nothing posted, it is for a missing connection, a
+ * while at most. */
 static collResult_t sched_idle(struct coll_sched *s, struct coll_wait *w, struct coll_req **pending)
 {
-    struct coll_comm *comm = s->comm;
+    struct coll_comm *comm = NULL;
+    for (int k = 0; k < s->nlanes && comm == NULL; k++)
+        if (lane_waits(&s->lanes[k]))
+            comm = s->lanes[k].comm;
+    if (comm == NULL) {
+        for (int k = 0; k < s->nlanes; k++) {
+            struct coll_lane *l = &s->lanes[k];
+            if (lane_active(l) && !l->deferred && l->conn == NULL) {
+                bool moved = false;
+                return lane_connect(s, l, 10, &moved);
+            }
+        }
+        comm = s->comm; /* progress() waits on nothing the engine sees: spin */
+    }
     int steps = 0;
     if (s->multi_comm) {
         int64_t now = coll_now_ns();
         for (int k = 0; k < s->nlanes; k++) {
             struct coll_comm *c = s->lanes[k].comm;
-            if (c == comm || (!atomic_load(&c->aborting) && now < c->deadline_ns))
+            if (c == comm || !lane_waits(&s->lanes[k]) ||
+                (!atomic_load(&c->aborting) && now < c->deadline_ns))
                 continue;
             int n = sched_pending(s, c, pending, &steps);
             struct coll_wait at_once = {.idle_since = now, .steps = steps};
@@ -441,22 +465,11 @@ static collResult_t sched_idle(struct coll_sched *s, struct coll_wait *w, struct
     if (s->multi_comm)
         for (int k = 0; k < s->nlanes; k++) {
             const struct coll_lane *l = &s->lanes[k];
-            if (l->comm == comm || !lane_active(l) || l->conn == NULL || l->deferred)
+            if (l->comm == comm || !lane_waits(l) || l->deferred)
                 continue;
-            if (l->lending)
-                pending[np++] = (struct coll_req *)&l->standin;
-            else if (l->done < l->posted)
-                pending[np++] = l->req[l->done % COLL_LANE_MAX_WINDOW];
+            pending[np++] = l->lending ? (struct coll_req *)&l->standin
+                                       : l->req[l->done % COLL_LANE_MAX_WINDOW];
         }
-    if (np == 0 && w->steps == 0) {
-        for (int k = 0; k < s->nlanes; k++) {
-            struct coll_lane *l = &s->lanes[k];
-            if (lane_active(l) && !l->deferred && l->conn == NULL) {
-                bool moved = false;
-                return lane_connect(s, l, 10, &moved);
-            }
-        }
-    }
     return coll_exec_idle(comm, w, pending, np);
 }
 

@@ -189,12 +189,23 @@ static inline void exec_cpu_relax(void)
 /* The deadline passed: names the peer waited for (one whose bytes this rank
  * expects, else one that has not taken this rank's bytes), its host, how long
  * nothing moved and the bytes exchanged with it, then poisons the comm. */
+/* Whether r is a request on one of comm's connections: a group's wait also
+ * holds other communicators' requests, whose peers are not comm's ranks. */
+static bool exec_on_comm(const struct coll_comm *comm, const struct coll_req *r)
+{
+    if (r == NULL)
+        return false;
+    const struct coll_conn *c = r->conn;
+    return c->peer >= 0 && c->peer < comm->nranks &&
+           (comm->peers[c->peer].send_conn == c || comm->peers[c->peer].recv_conn == c);
+}
+
 static void exec_timeout(struct coll_comm *comm, int64_t now, struct coll_req *const *reqs,
                          int nreqs, int steps)
 {
     const struct coll_conn *c = NULL;
     for (int i = 0; i < nreqs; i++) {
-        if (reqs[i] == NULL)
+        if (!exec_on_comm(comm, reqs[i]))
             continue;
         if (c == NULL || (c->is_send && !reqs[i]->conn->is_send))
             c = reqs[i]->conn;
@@ -224,12 +235,12 @@ static void exec_timeout(struct coll_comm *comm, int64_t now, struct coll_req *c
         char others[256] = "";
         size_t len = 0;
         for (int i = 0; i < nreqs; i++) {
-            if (reqs[i] == NULL || reqs[i]->conn->peer == c->peer)
+            if (!exec_on_comm(comm, reqs[i]) || reqs[i]->conn->peer == c->peer)
                 continue;
             int peer = reqs[i]->conn->peer;
             bool seen = false;
             for (int k = 0; k < i && !seen; k++)
-                seen = reqs[k] != NULL && reqs[k]->conn->peer == peer;
+                seen = exec_on_comm(comm, reqs[k]) && reqs[k]->conn->peer == peer;
             if (!seen)
                 coll_buf_printf(others, sizeof(others), &len, "%s%d (%.64s)",
                                 len ? ", rank " : "; also waiting for rank ", peer,
