@@ -490,47 +490,31 @@ static collResult_t verbs_connect(void *vctx, const void *handle, int peer,
     }
     struct verbs_conn *c;
     COLL_CHECK(verbs_conn_new(ctx, peer, true, h.nslots, h.slot_bytes, &c));
-    char a[COLL_ADDR_STRLEN];
-    coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a));
-    /* The side channel listened before the handle was shared: a refusal means
-     * the peer is gone. */
-    collResult_t res = coll_socket_connect((struct sockaddr *)&h.addr, h.addrlen,
-                                           coll_tp_deadline(env), false, &c->sock);
-    if (res != collSuccess) {
-        coll_tp_error(env, "verbs: cannot reach the side channel of rank %d at %s (%.64s): %s",
-                       peer, a, coll_tp_peer(env, peer)->host, strerror(errno));
-        c->sock = -1;
-        verbs_conn_free(c);
-        return res;
-    }
     struct verbs_hello hello = {.magic = VERBS_MAGIC, .rank = env->rank, .nslots = c->nslots,
                                 .slot_bytes = c->slot_bytes,
                                 .credit_addr = (uint64_t)(uintptr_t)c->word,
                                 .credit_rkey = c->word_mr->rkey};
     memcpy(hello.secret, env->secret, COLL_SECRET_BYTES);
     verbs_qp_info(&ctx->dev, c->qp, c->psn, &hello.qp);
-    int err;
-    res = coll_socket_send_all(c->sock, &hello, sizeof(hello), coll_tp_deadline(env), &err);
+    /* The side channel listened before the handle was shared: a refusal means
+     * the peer is gone. */
+    struct coll_hello_dest to = {.sa = (struct sockaddr *)&h.addr, .len = h.addrlen,
+                                 .what = "verbs", .reach = "reach the side channel of",
+                                 .rank = peer, .host = coll_tp_peer(env, peer)->host};
+    char err[256];
+    collResult_t res = coll_hello_connect(&to, &hello, sizeof(hello), coll_tp_deadline(env),
+                                          &c->sock, err, sizeof(err));
     if (res != collSuccess) {
-        coll_tp_error(env, "verbs: handshake with rank %d at %s failed: %s", peer, a,
-                       strerror(err));
+        coll_tp_error(env, "%s", err);
         verbs_conn_free(c);
         return res;
     }
     c->base.fds[0] = c->sock;
-    COLL_INFO(COLL_SUBSYS_VERBS, "verbs: connecting to rank %d via %s (qp %u)", peer, a,
-              c->qp->qp_num);
+    char a[COLL_ADDR_STRLEN];
+    COLL_INFO(COLL_SUBSYS_VERBS, "verbs: connecting to rank %d via %s (qp %u)", peer,
+              coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a)), c->qp->qp_num);
     *conn_p = &c->base;
     return collSuccess;
-}
-
-static void verbs_listener_update_fds(struct verbs_listener *lis)
-{
-    lis->base.fds[0] = lis->lfd;
-    int n = 1;
-    for (int i = 0; i < lis->hellos.npend && n < COLL_CONN_MAX_FDS; i++)
-        lis->base.fds[n++] = lis->hellos.pend[i].fd;
-    lis->base.nfds = n;
 }
 
 /* The receiving side of a connection whose hello arrived on fd: queue pair up
@@ -596,12 +580,13 @@ static collResult_t verbs_listener_progress(struct verbs_listener *lis)
         struct coll_conn *c = NULL;
         collResult_t res = verbs_accept_one(lis, fd, &h, &c);
         if (res != collSuccess) {
-            verbs_listener_update_fds(lis);
+            lis->base.nfds = coll_hellos_fds(lis->lfd, &lis->hellos, lis->base.fds,
+                                             COLL_CONN_MAX_FDS);
             return res;
         }
         lis->ready[lis->nready++] = c;
     }
-    verbs_listener_update_fds(lis);
+    lis->base.nfds = coll_hellos_fds(lis->lfd, &lis->hellos, lis->base.fds, COLL_CONN_MAX_FDS);
     return collSuccess;
 }
 
