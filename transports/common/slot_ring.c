@@ -26,7 +26,8 @@ enum coll_slot_look coll_slot_ring_look(struct coll_slot_ring *r, size_t want, c
         return COLL_SLOT_MARKED;
     }
     /* A slot holds at least one byte: the sender fills none for an empty
-     * message.  Read once, so that what is checked is what is used. */
+     * message.  len[] is read once here, so the bounds handed out are the ones
+     * checked, whatever the sender writes meanwhile. */
     if (k > r->slot_bytes || k <= r->off) {
         *len_p = k;
         return COLL_SLOT_BAD;

@@ -906,11 +906,13 @@ static bool verbs_return_credit(struct verbs_conn *c, bool always)
     return true;
 }
 
-/* Receiver: a slot the sender filled with a fragment longer than the slot. */
+/* Receiver: a slot whose length the ring refused: verbs_poll let through none
+ * longer than a slot, so an empty one (a sender fills none for an empty
+ * message). */
 static void verbs_bad_slot(struct verbs_conn *c, size_t len)
 {
-    snprintf(c->err, sizeof(c->err), "rank sent a slot of %zu bytes (slots hold %u)", len,
-             c->slot_bytes);
+    snprintf(c->err, sizeof(c->err), "rank sent a fragment of %zu bytes (a slot holds 1 to %u)",
+             len, c->slot_bytes);
     c->base.err_text = c->err;
     c->failed = collRemoteError;
 }
