@@ -11,6 +11,11 @@
  *   d. fields that sized or reached memory unchecked before: a verbs handle's slot
  *      size (the sender's staging ring), a tcp handle's address length, the root's
  *      status, an id's address length
+ *   e. the client's side and the wait's descriptors (coll_hello_connect,
+ *      coll_hellos_fds, what tcp and verbs connect and poll with): a hello sent
+ *      whole reaches the table; a client still sending is among the descriptors
+ *      after the listener, within the cap; a listener that is gone fails the
+ *      connect at once, with a message naming the peer, and leaves no descriptor
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -133,8 +138,47 @@ int main(void)
     CHECK(h.dropped == before + 1 && h.npend == 0);
     close(slow);
 
+    /* e. The client's side, and the descriptors a wait polls. */
+    struct coll_hello_dest to = {.sa = &ss.sa, .len = len, .what = "test",
+                                 .reach = "connect to", .rank = 7, .host = "hostx"};
+    char msg[256] = "";
+    int cfd = -2;
+    CHECK(coll_hello_connect(&to, &good, sizeof(good), coll_now_ns() + 2000000000LL, &cfd, msg,
+                             sizeof(msg)) == collSuccess);
+    CHECK(cfd >= 0);
+    got = next_within(lfd, &h, &in, 2000);
+    CHECK(got >= 0 && memcmp(&in, &good, sizeof(in)) == 0);
+    if (got >= 0)
+        close(got);
+    if (cfd >= 0)
+        close(cfd);
+    int part[2] = {client(&ss, len), client(&ss, len)};
+    for (int i = 0; i < 2; i++)
+        CHECK(coll_socket_send_all(part[i], &good, 3, coll_now_ns() + 1000000000LL, &err) ==
+              collSuccess);
+    CHECK(next_within(lfd, &h, &in, 100) < 0);
+    CHECK_MSG(h.npend == 2, "npend %d", h.npend);
+    int fds[4] = {-1, -1, -1, -1};
+    CHECK(coll_hellos_fds(lfd, &h, fds, 4) == 3);
+    CHECK(fds[0] == lfd && fds[1] == h.pend[0].fd && fds[2] == h.pend[1].fd && fds[3] == -1);
+    CHECK(coll_hellos_fds(lfd, &h, fds, 2) == 2); /* the cap: the listener first */
+    CHECK(fds[0] == lfd);
+    for (int i = 0; i < 2; i++)
+        close(part[i]);
+
     coll_hellos_fini(&h);
     close(lfd);
+    /* The listener is gone: refused at once (not retried until the deadline). */
+    int64_t t0 = coll_now_ns();
+    cfd = -2;
+    CHECK(coll_hello_connect(&to, &good, sizeof(good), coll_now_ns() + 5000000000LL, &cfd, msg,
+                             sizeof(msg)) == collRemoteError);
+    CHECK(cfd == -1);
+    CHECK(coll_now_ns() - t0 < 2000000000LL);
+    char addr[COLL_ADDR_STRLEN], want[256];
+    snprintf(want, sizeof(want), "test: cannot connect to rank 7 at %s (hostx): %s",
+             coll_socket_addr_str(&ss.sa, addr, sizeof(addr)), strerror(ECONNREFUSED));
+    CHECK_MSG(strcmp(msg, want) == 0, "message '%s', want '%s'", msg, want);
 
     /* d. Bounds on fields from the rank table, the root and the id. */
     const char *why = NULL;

@@ -33,7 +33,7 @@
 #define COLL_TP_CAP_CUDA_MEM (1u << 1)
 /* The transport moves bytes faster from and into memory registered with it
  * (reg/dereg): it has both slots, and the core's registration cache
- * (lib/regcache.c) gives its isend/irecv a handle for the buffers it knows.  A
+ * (lib/engine/regcache.c) gives its isend/irecv a handle for the buffers it knows.  A
  * transport without it (shm, tcp) leaves reg and dereg NULL and is always given
  * a NULL handle; transport_valid() refuses a table where the two disagree. */
 #define COLL_TP_CAP_NEEDS_REG (1u << 2)
@@ -135,7 +135,7 @@ struct coll_transport {
     uint32_t abi;
     const char *name;
     uint32_t caps;
-    /* For the planner (lib/plan.c): the CPU a message costs at a rank, and the cost
+    /* For the planner (lib/core/plan.c): the CPU a message costs at a rank, and the cost
      * of waking its receiver when ranks outnumber cores, as fractions of a round's
      * latency.  Fitted per transport on the project's test host. */
     double plan_msg_ratio;

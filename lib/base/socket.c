@@ -370,6 +370,42 @@ void coll_hellos_dropped(struct coll_hellos *h, const char *why)
                   "not logged)", h->name, why);
 }
 
+int coll_hellos_fds(int lfd, const struct coll_hellos *h, int *fds, int cap)
+{
+    int n = 0;
+    if (n < cap)
+        fds[n++] = lfd;
+    for (int i = 0; i < h->npend && n < cap; i++)
+        fds[n++] = h->pend[i].fd;
+    return n;
+}
+
+collResult_t coll_hello_connect(const struct coll_hello_dest *to, const void *hello,
+                                size_t bytes, int64_t deadline_ns, int *fd_p, char *err,
+                                size_t errlen)
+{
+    char a[COLL_ADDR_STRLEN];
+    int fd;
+    *fd_p = -1;
+    coll_socket_addr_str(to->sa, a, sizeof(a));
+    collResult_t res = coll_socket_connect(to->sa, to->len, deadline_ns, false, &fd);
+    if (res != collSuccess) {
+        snprintf(err, errlen, "%s: cannot %s rank %d at %s (%.64s): %s", to->what, to->reach,
+                 to->rank, a, to->host, strerror(errno));
+        return res;
+    }
+    int e;
+    res = coll_socket_send_all(fd, hello, bytes, deadline_ns, &e);
+    if (res != collSuccess) {
+        snprintf(err, errlen, "%s: handshake with rank %d at %s failed: %s", to->what, to->rank,
+                 a, strerror(e));
+        close(fd);
+        return res;
+    }
+    *fd_p = fd;
+    return collSuccess;
+}
+
 /* Closes pending entry i, counting the drop. */
 static void hellos_drop(struct coll_hellos *h, int i, const char *why)
 {

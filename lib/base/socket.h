@@ -93,6 +93,30 @@ int coll_hellos_next(int lfd, struct coll_hellos *h, void *hello);
 /* Counts (and, the first time, logs) a connection the caller refused after its
  * hello passed the check (a duplicate, an inconsistent handshake). */
 void coll_hellos_dropped(struct coll_hellos *h, const char *why);
+/* The descriptors a wait on the listener polls: lfd, then those of the
+ * clients whose hellos are still coming (so that the rest of a hello wakes the
+ * wait), as many as cap holds.  Returns the count. */
+int coll_hellos_fds(int lfd, const struct coll_hellos *h, int *fds, int cap);
+
+/* Whom coll_hello_connect connects to, and how its messages name it. */
+struct coll_hello_dest {
+    const struct sockaddr *sa;
+    socklen_t len;
+    const char *what;  /* the transport: "tcp" */
+    const char *reach; /* what connecting is: "connect to", "reach the side channel of" */
+    int rank;          /* the peer */
+    const char *host;  /* the peer's host name */
+};
+/* The client's side of a hello: connects to a listener that was up before its
+ * address was published (a refusal fails at once: the peer is gone) and sends
+ * the hello's bytes, both before deadline_ns.  On success *fd_p is the
+ * connected socket (non-blocking, TCP_NODELAY).  On failure nothing is left
+ * open, *fd_p is -1 and err gets the cause for the user:
+ * "WHAT: cannot REACH rank R at ADDR (HOST): ..." or
+ * "WHAT: handshake with rank R at ADDR failed: ...". */
+collResult_t coll_hello_connect(const struct coll_hello_dest *to, const void *hello,
+                                size_t bytes, int64_t deadline_ns, int *fd_p, char *err,
+                                size_t errlen);
 
 /* Connects, retrying until deadline_ns (monotonic) while the address is
  * unreachable and, with retry_refused, while it refuses (a listener that may not

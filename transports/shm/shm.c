@@ -71,6 +71,7 @@
 
 #include "alloc.h"
 #include "check.h"
+#include "common/slot_ring.h"
 #include "log.h"
 #include "param.h"
 #include "transport.h"
@@ -133,11 +134,10 @@ struct shm_conn {
     char *slots;
     size_t seg_bytes;
     uint32_t nslots, slot_bytes;
-    uint64_t next;         /* sender: head to publish; receiver: tail to release */
+    uint64_t next;         /* sender: head to publish */
+    struct coll_slot_ring rx; /* receiver: the slots, up to head; tail is rx.next */
     uint64_t head, tail;   /* requests [head, tail) in the FIFO */
     struct shm_req reqs[SHM_REQ_CAP];
-    size_t slot_off;       /* receiver: bytes of the current slot already read */
-    size_t peeked;         /* receiver: bytes of the last recv_peek */
     bool peer_gone;        /* the socket closed */
     atomic_bool shut;      /* shutdown() was called */
     unsigned idle_tests;
@@ -321,6 +321,9 @@ static const char *shm_nofile_hint(int err, char *buf, size_t len)
     return buf;
 }
 
+static uint64_t shm_arrived(struct coll_slot_ring *r);
+static void shm_freed(struct coll_slot_ring *r);
+
 static collResult_t shm_conn_new(struct shm_ctx *ctx, int peer, bool is_send, int fd, void *seg,
                                  size_t seg_bytes, struct coll_conn **conn_p)
 {
@@ -332,6 +335,9 @@ static collResult_t shm_conn_new(struct shm_ctx *ctx, int peer, bool is_send, in
     c->slot_bytes = c->ctrl->slot_bytes;
     c->slots = (char *)seg + SHM_CTRL_BYTES;
     c->seg_bytes = seg_bytes;
+    if (!is_send)
+        coll_slot_ring_init(&c->rx, c->slots, c->nslots, c->slot_bytes, c->ctrl->len, NULL,
+                            shm_arrived, shm_freed);
     c->base.tp = &coll_shm_transport;
     c->base.peer = peer;
     c->base.is_send = is_send;
@@ -617,56 +623,44 @@ out:
     return moved;
 }
 
-/* Receiver: up to want bytes of the stream, from the current slot, or NULL when
- * nothing has arrived.  A slot may be taken in several parts (a receive cut
- * differently from the send, as when sizes mismatch: the layer above checks). */
-static const char *shm_fragment(struct shm_conn *c, size_t want, size_t *len_p)
+/* Receiver: the slots the sender has published. */
+static uint64_t shm_arrived(struct coll_slot_ring *r)
 {
-    struct shm_ctrl *ctrl = c->ctrl;
-    if (atomic_load_explicit(&ctrl->head, memory_order_acquire) == c->next)
-        return NULL;
-    uint32_t s = (uint32_t)(c->next % c->nslots);
-    size_t k = ctrl->len[s];
-    if (k > c->slot_bytes || k <= c->slot_off) {
-        COLL_WARN("shm: rank %d published a slot of %zu bytes (slots hold %u)", c->base.peer,
-                  k, c->slot_bytes);
-        c->failed = collInternalError;
-        return NULL;
-    }
-    k -= c->slot_off;
-    *len_p = k < want ? k : want;
-    return c->slots + (size_t)s * c->slot_bytes + c->slot_off;
+    struct shm_conn *c = coll_container_of(r, struct shm_conn, rx);
+    return atomic_load_explicit(&c->ctrl->head, memory_order_acquire);
 }
 
-/* Receiver: done with len bytes from shm_fragment; frees the slot once it is
- * all read. */
-static void shm_release(struct shm_conn *c, size_t len)
+/* Receiver: a slot is all read: it goes back to the sender. */
+static void shm_freed(struct coll_slot_ring *r)
 {
-    c->slot_off += len;
-    if (c->slot_off < c->ctrl->len[c->next % c->nslots])
-        return;
-    c->slot_off = 0;
-    c->next++;
-    atomic_store(&c->ctrl->tail, c->next);
+    struct shm_conn *c = coll_container_of(r, struct shm_conn, rx);
+    atomic_store(&c->ctrl->tail, r->next);
     shm_wake(c, &c->ctrl->send_sleep);
 }
 
-/* Receiver: copies arrived fragments into the queued requests. */
+/* Receiver: a slot whose length the sender wrote out of range. */
+static void shm_bad_slot(struct shm_conn *c, size_t len)
+{
+    COLL_WARN("shm: rank %d published a slot of %zu bytes (slots hold %u)", c->base.peer, len,
+              c->slot_bytes);
+    c->failed = collInternalError;
+}
+
+/* Receiver: copies arrived fragments into the queued requests.  A slot may be
+ * taken in several parts (a receive cut differently from the send, as when
+ * sizes mismatch: the layer above checks). */
 static bool shm_progress_recv(struct shm_conn *c)
 {
     bool moved = false;
-    for (uint64_t q = c->head; q < c->tail && c->failed == collSuccess; q++) {
+    for (uint64_t q = c->head; q < c->tail; q++) {
         struct shm_req *r = &c->reqs[q % SHM_REQ_CAP];
-        while (r->done_bytes < r->size) {
-            size_t k;
-            const char *src = shm_fragment(c, r->size - r->done_bytes, &k);
-            if (src == NULL)
-                return moved;
-            memcpy(r->buf + r->done_bytes, src, k);
-            r->done_bytes += k;
-            shm_release(c, k);
-            moved = true;
-        }
+        size_t before = r->done_bytes;
+        enum coll_slot_look got = coll_slot_ring_copy(&c->rx, r->buf, r->size, &r->done_bytes);
+        moved = moved || r->done_bytes != before;
+        if (got == COLL_SLOT_BAD)
+            shm_bad_slot(c, c->rx.len[coll_slot_ring_index(&c->rx, c->rx.next)]);
+        if (got != COLL_SLOT_DATA)
+            return moved;
     }
     return moved;
 }
@@ -765,7 +759,7 @@ static bool shm_wait_prepare(struct coll_req *rbase)
         }
     } else {
         atomic_store(&ctrl->recv_sleep, 1);
-        if (atomic_load(&ctrl->head) != c->next) {
+        if (atomic_load(&ctrl->head) != c->rx.next) {
             atomic_store(&ctrl->recv_sleep, 0);
             return true;
         }
@@ -787,8 +781,8 @@ static collResult_t shm_recv_peek(struct coll_conn *base, size_t want, const voi
         return collInternalError;
     }
     bool gone = c->peer_gone;
-    *p = shm_fragment(c, want, len_p);
-    c->peeked = *p ? *len_p : 0;
+    if (coll_slot_ring_peek(&c->rx, want, p, len_p) == COLL_SLOT_BAD)
+        shm_bad_slot(c, *len_p);
     if (c->failed != collSuccess)
         return c->failed;
     if (*p == NULL)
@@ -799,8 +793,7 @@ static collResult_t shm_recv_peek(struct coll_conn *base, size_t want, const voi
 static void shm_recv_release(struct coll_conn *base)
 {
     struct shm_conn *c = coll_container_of(base, struct shm_conn, base);
-    shm_release(c, c->peeked);
-    c->peeked = 0;
+    coll_slot_ring_unpeek(&c->rx);
 }
 
 static void shm_shutdown(struct coll_conn *base)

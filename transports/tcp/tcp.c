@@ -212,27 +212,20 @@ static collResult_t tcp_connect(void *vctx, const void *handle, int peer,
     collResult_t res = collSuccess;
     int i;
     char a[COLL_ADDR_STRLEN];
+    /* The peer listened before its handle was shared: a refusal means it is
+     * gone, so each socket fails at once rather than retry until the deadline. */
+    struct coll_hello_dest to = {.sa = (struct sockaddr *)&h.addr, .len = h.addrlen,
+                                 .what = "tcp", .reach = "connect to", .rank = peer,
+                                 .host = coll_tp_peer(env, peer)->host};
     for (i = 0; i < n; i++) {
-        /* The peer listened before its handle was shared: a refusal means it is
-         * gone, so fail at once rather than retry until the deadline. */
-        res = coll_socket_connect((struct sockaddr *)&h.addr, h.addrlen, coll_tp_deadline(env),
-                                  false, &fds[i]);
-        if (res != collSuccess) {
-            coll_tp_error(env, "tcp: cannot connect to rank %d at %s (%.64s): %s", peer,
-                           coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a)),
-                           coll_tp_peer(env, peer)->host, strerror(errno));
-            break;
-        }
         struct tcp_hello hello = {.magic = TCP_MAGIC, .rank = env->rank, .sock_idx = i,
                                   .nsocks = n};
         memcpy(hello.secret, env->secret, COLL_SECRET_BYTES);
-        int err;
-        res = coll_socket_send_all(fds[i], &hello, sizeof(hello), coll_tp_deadline(env), &err);
+        char err[256];
+        res = coll_hello_connect(&to, &hello, sizeof(hello), coll_tp_deadline(env), &fds[i], err,
+                                 sizeof(err));
         if (res != collSuccess) {
-            coll_tp_error(env, "tcp: handshake with rank %d at %s failed: %s", peer,
-                           coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a)),
-                           strerror(err));
-            close(fds[i]);
+            coll_tp_error(env, "%s", err);
             break;
         }
     }
@@ -248,15 +241,6 @@ static collResult_t tcp_connect(void *vctx, const void *handle, int peer,
         for (i = 0; i < n; i++)
             close(fds[i]);
     return res;
-}
-
-static void tcp_listener_update_fds(struct tcp_listener *lis)
-{
-    lis->base.fds[0] = lis->lfd;
-    int n = 1;
-    for (int i = 0; i < lis->hellos.npend && n < COLL_CONN_MAX_FDS; i++)
-        lis->base.fds[n++] = lis->hellos.pend[i].fd;
-    lis->base.nfds = n;
 }
 
 static collResult_t tcp_accept(struct coll_conn *lbase, struct coll_conn **conn_p)
@@ -285,12 +269,13 @@ static collResult_t tcp_accept(struct coll_conn *lbase, struct coll_conn **conn_
             int fds[TCP_MAX_SOCKS];
             memcpy(fds, rd->fds, sizeof(fds));
             rd->have = 0;
-            tcp_listener_update_fds(lis);
+            lis->base.nfds = coll_hellos_fds(lis->lfd, &lis->hellos, lis->base.fds,
+                                             COLL_CONN_MAX_FDS);
             COLL_INFO(COLL_SUBSYS_TCP, "accepted rank %d with %d socket(s)", h.rank, nsocks);
             return tcp_conn_new(lis->ctx, h.rank, false, nsocks, fds, conn_p);
         }
     }
-    tcp_listener_update_fds(lis);
+    lis->base.nfds = coll_hellos_fds(lis->lfd, &lis->hellos, lis->base.fds, COLL_CONN_MAX_FDS);
     return collSuccess;
 }
 

@@ -89,6 +89,7 @@
 
 #include "alloc.h"
 #include "check.h"
+#include "common/slot_ring.h"
 #include "log.h"
 #include "param.h"
 #include "transport.h"
@@ -174,14 +175,12 @@ struct verbs_conn {
     uint64_t rdv_done;             /* ... and has finished reading (DONE counts) */
     /* receiver */
     uint64_t arrived;              /* slots whose immediate has come */
-    uint64_t next;                 /* slots released */
-    uint64_t credit_sent;          /* `next` as last written to the sender */
+    struct coll_slot_ring rx;      /* the slots up to `arrived`; rx.next: slots released */
+    uint64_t credit_sent;          /* rx.next as last written to the sender */
     bool nak_owed;                 /* the next credit carries VERBS_IMM_NAK */
     bool credit_now;               /* write the next credit at once (a rendezvous moved) */
     uint32_t done_owed;            /* finished reads not yet counted to the sender */
     uint32_t reads_out;            /* rendezvous reads posted and not completed */
-    size_t slot_off;               /* bytes of slot `next` already read */
-    size_t peeked;
     /* requests [head, tail) in the FIFO */
     uint64_t head, tail;
     struct verbs_req reqs[VERBS_REQ_CAP];
@@ -381,6 +380,12 @@ static void verbs_conn_free(struct verbs_conn *c)
     free(c);
 }
 
+/* Receiver: the slots whose immediates verbs_poll has seen. */
+static uint64_t verbs_arrived(struct coll_slot_ring *r)
+{
+    return coll_container_of(r, struct verbs_conn, rx)->arrived;
+}
+
 /* Posts n receive WRs for immediates (no buffer: the data of a write with
  * immediate lands where the write says). */
 static int verbs_post_recvs(struct verbs_conn *c, uint32_t n)
@@ -440,6 +445,9 @@ static collResult_t verbs_conn_new(struct verbs_ctx *ctx, int peer, bool is_send
         posix_memalign((void **)&c->word, 64, 64) != 0)
         goto err;
     memset(c->word, 0, 64);
+    if (!is_send)
+        coll_slot_ring_init(&c->rx, c->ring, nslots, slot_bytes, c->len, c->rts, verbs_arrived,
+                            NULL); /* slots go back in batches: verbs_return_credit */
     what = "ibv_reg_mr";
     int ring_access = IBV_ACCESS_LOCAL_WRITE | (is_send ? 0 : IBV_ACCESS_REMOTE_WRITE);
     c->ring_mr = ibv_reg_mr(d->pd, c->ring, ring_bytes, ring_access);
@@ -490,47 +498,31 @@ static collResult_t verbs_connect(void *vctx, const void *handle, int peer,
     }
     struct verbs_conn *c;
     COLL_CHECK(verbs_conn_new(ctx, peer, true, h.nslots, h.slot_bytes, &c));
-    char a[COLL_ADDR_STRLEN];
-    coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a));
-    /* The side channel listened before the handle was shared: a refusal means
-     * the peer is gone. */
-    collResult_t res = coll_socket_connect((struct sockaddr *)&h.addr, h.addrlen,
-                                           coll_tp_deadline(env), false, &c->sock);
-    if (res != collSuccess) {
-        coll_tp_error(env, "verbs: cannot reach the side channel of rank %d at %s (%.64s): %s",
-                       peer, a, coll_tp_peer(env, peer)->host, strerror(errno));
-        c->sock = -1;
-        verbs_conn_free(c);
-        return res;
-    }
     struct verbs_hello hello = {.magic = VERBS_MAGIC, .rank = env->rank, .nslots = c->nslots,
                                 .slot_bytes = c->slot_bytes,
                                 .credit_addr = (uint64_t)(uintptr_t)c->word,
                                 .credit_rkey = c->word_mr->rkey};
     memcpy(hello.secret, env->secret, COLL_SECRET_BYTES);
     verbs_qp_info(&ctx->dev, c->qp, c->psn, &hello.qp);
-    int err;
-    res = coll_socket_send_all(c->sock, &hello, sizeof(hello), coll_tp_deadline(env), &err);
+    /* The side channel listened before the handle was shared: a refusal means
+     * the peer is gone. */
+    struct coll_hello_dest to = {.sa = (struct sockaddr *)&h.addr, .len = h.addrlen,
+                                 .what = "verbs", .reach = "reach the side channel of",
+                                 .rank = peer, .host = coll_tp_peer(env, peer)->host};
+    char err[256];
+    collResult_t res = coll_hello_connect(&to, &hello, sizeof(hello), coll_tp_deadline(env),
+                                          &c->sock, err, sizeof(err));
     if (res != collSuccess) {
-        coll_tp_error(env, "verbs: handshake with rank %d at %s failed: %s", peer, a,
-                       strerror(err));
+        coll_tp_error(env, "%s", err);
         verbs_conn_free(c);
         return res;
     }
     c->base.fds[0] = c->sock;
-    COLL_INFO(COLL_SUBSYS_VERBS, "verbs: connecting to rank %d via %s (qp %u)", peer, a,
-              c->qp->qp_num);
+    char a[COLL_ADDR_STRLEN];
+    COLL_INFO(COLL_SUBSYS_VERBS, "verbs: connecting to rank %d via %s (qp %u)", peer,
+              coll_socket_addr_str((struct sockaddr *)&h.addr, a, sizeof(a)), c->qp->qp_num);
     *conn_p = &c->base;
     return collSuccess;
-}
-
-static void verbs_listener_update_fds(struct verbs_listener *lis)
-{
-    lis->base.fds[0] = lis->lfd;
-    int n = 1;
-    for (int i = 0; i < lis->hellos.npend && n < COLL_CONN_MAX_FDS; i++)
-        lis->base.fds[n++] = lis->hellos.pend[i].fd;
-    lis->base.nfds = n;
 }
 
 /* The receiving side of a connection whose hello arrived on fd: queue pair up
@@ -596,12 +588,13 @@ static collResult_t verbs_listener_progress(struct verbs_listener *lis)
         struct coll_conn *c = NULL;
         collResult_t res = verbs_accept_one(lis, fd, &h, &c);
         if (res != collSuccess) {
-            verbs_listener_update_fds(lis);
+            lis->base.nfds = coll_hellos_fds(lis->lfd, &lis->hellos, lis->base.fds,
+                                             COLL_CONN_MAX_FDS);
             return res;
         }
         lis->ready[lis->nready++] = c;
     }
-    verbs_listener_update_fds(lis);
+    lis->base.nfds = coll_hellos_fds(lis->lfd, &lis->hellos, lis->base.fds, COLL_CONN_MAX_FDS);
     return collSuccess;
 }
 
@@ -682,7 +675,7 @@ static bool verbs_poll(struct verbs_conn *c, bool *moved_p)
             } else {
                 uint32_t flen = imm & ~VERBS_IMM_RTS;
                 bool rts = (imm & VERBS_IMM_RTS) != 0;
-                if (flen > c->slot_bytes || c->arrived - c->next >= c->nslots ||
+                if (flen > c->slot_bytes || c->arrived - c->rx.next >= c->nslots ||
                     (rts && flen != sizeof(struct verbs_rts))) {
                     snprintf(c->err, sizeof(c->err), "rank sent a fragment of %u bytes%s or "
                              "overran the ring (slots hold %u)", flen,
@@ -895,55 +888,45 @@ static bool verbs_progress_send(struct verbs_conn *c)
  * (half the ring: one write per several slots) or always (before sleeping). */
 static bool verbs_return_credit(struct verbs_conn *c, bool always)
 {
-    uint64_t owed = c->next - c->credit_sent;
+    uint64_t owed = c->rx.next - c->credit_sent;
     always = always || c->credit_now;
     if ((owed == 0 && c->done_owed == 0) || (!always && owed < (c->nslots + 1) / 2) ||
         c->sq_out >= c->send_depth)
         return true;
-    *c->word = c->next;
+    *c->word = c->rx.next;
     uint32_t done = c->done_owed < VERBS_IMM_DONE_MAX ? c->done_owed : VERBS_IMM_DONE_MAX;
-    uint32_t imm = ((uint32_t)c->next & VERBS_IMM_COUNT) | (done << VERBS_IMM_DONE_SHIFT) |
+    uint32_t imm = ((uint32_t)c->rx.next & VERBS_IMM_COUNT) | (done << VERBS_IMM_DONE_SHIFT) |
                    (c->nak_owed ? VERBS_IMM_NAK : 0);
     if (!verbs_write(c, c->word, c->word_mr->lkey, sizeof(*c->word), c->remote_addr, imm))
         return false;
-    c->credit_sent = c->next;
+    c->credit_sent = c->rx.next;
     c->done_owed -= done;
     c->nak_owed = false;
     c->credit_now = c->done_owed > 0;
     return true;
 }
 
-/* Receiver: up to want bytes from the current slot, or NULL when it has not
- * arrived. */
-static const char *verbs_fragment(struct verbs_conn *c, size_t want, size_t *len_p)
+/* Receiver: a slot whose length the ring refused: verbs_poll let through none
+ * longer than a slot, so an empty one (a sender fills none for an empty
+ * message). */
+static void verbs_bad_slot(struct verbs_conn *c, size_t len)
 {
-    if (c->arrived == c->next)
-        return NULL;
-    uint32_t s = (uint32_t)(c->next % c->nslots);
-    size_t k = c->len[s] - c->slot_off;
-    *len_p = k < want ? k : want;
-    return c->ring + (size_t)s * c->slot_bytes + c->slot_off;
-}
-
-static void verbs_release(struct verbs_conn *c, size_t len)
-{
-    c->slot_off += len;
-    if (c->slot_off < c->len[c->next % c->nslots])
-        return;
-    c->slot_off = 0;
-    c->next++;
+    snprintf(c->err, sizeof(c->err), "rank sent a fragment of %zu bytes (a slot holds 1 to %u)",
+             len, c->slot_bytes);
+    c->base.err_text = c->err;
+    c->failed = collRemoteError;
 }
 
 /* Receiver: whether the next slot has arrived and holds an announcement; its
  * checked contents in *a.  Returns -1 (c failed) for a malformed one. */
 static int verbs_next_rts(struct verbs_conn *c, struct verbs_rts *a)
 {
-    if (c->arrived == c->next || !c->rts[c->next % c->nslots])
+    const char *p;
+    size_t len;
+    if (coll_slot_ring_look(&c->rx, 0, &p, &len) != COLL_SLOT_MARKED)
         return 0;
-    uint32_t s = (uint32_t)(c->next % c->nslots);
     const char *why = "";
-    if (verbs_wire_rts(c->ring + (size_t)s * c->slot_bytes, c->len[s], a, &why) !=
-        COLL_WIRE_OK) {
+    if (verbs_wire_rts(p, len, a, &why) != COLL_WIRE_OK) {
         snprintf(c->err, sizeof(c->err), "rank sent a bad rendezvous announcement: %s", why);
         c->base.err_text = c->err;
         c->failed = collRemoteError;
@@ -957,7 +940,7 @@ static int verbs_next_rts(struct verbs_conn *c, struct verbs_rts *a)
 static void verbs_decline_rts(struct verbs_conn *c)
 {
     c->ctx->rdv_declined++;
-    c->next++;
+    coll_slot_ring_skip(&c->rx);
     c->nak_owed = true;
     c->credit_now = true;
 }
@@ -1015,7 +998,7 @@ static bool verbs_progress_recv(struct verbs_conn *c)
                     r->rts = a;
                     r->read_posted = 0;
                     r->rdv = RDV_READING;
-                    c->next++; /* the slot goes back at once: the next announcement */
+                    coll_slot_ring_skip(&c->rx); /* back at once: the next announcement */
                     c->credit_now = true;
                 } else {
                     verbs_decline_rts(c);
@@ -1023,14 +1006,17 @@ static bool verbs_progress_recv(struct verbs_conn *c)
                 moved = true;
                 continue;
             }
-            size_t k;
-            const char *src = verbs_fragment(c, r->size - r->done_bytes, &k);
-            if (src == NULL)
+            size_t before = r->done_bytes;
+            enum coll_slot_look got =
+                coll_slot_ring_copy(&c->rx, r->buf, r->size, &r->done_bytes);
+            moved = moved || r->done_bytes != before;
+            if (got == COLL_SLOT_BAD) {
+                verbs_bad_slot(c, c->len[coll_slot_ring_index(&c->rx, c->rx.next)]);
+                return false;
+            }
+            if (got == COLL_SLOT_NONE)
                 goto out;
-            memcpy(r->buf + r->done_bytes, src, k);
-            r->done_bytes += k;
-            verbs_release(c, k);
-            moved = true;
+            /* DATA: this request is whole; MARKED: an announcement, above */
         }
     }
 out:
@@ -1200,13 +1186,15 @@ static collResult_t verbs_recv_peek(struct coll_conn *base, size_t want, const v
         }
         if (rts < 0 || c->failed != collSuccess)
             return c->failed;
-        *p = verbs_fragment(c, want, len_p);
+        if (coll_slot_ring_peek(&c->rx, want, p, len_p) == COLL_SLOT_BAD) {
+            verbs_bad_slot(c, *len_p);
+            return c->failed;
+        }
         if (*p != NULL || pass == 1)
             break;
         if (!verbs_poll(c, &moved))
             return c->failed;
     }
-    c->peeked = *p ? *len_p : 0;
     if (*p == NULL)
         return verbs_check_alive(c, moved, gone);
     return collSuccess;
@@ -1215,8 +1203,7 @@ static collResult_t verbs_recv_peek(struct coll_conn *base, size_t want, const v
 static void verbs_recv_release(struct coll_conn *base)
 {
     struct verbs_conn *c = coll_container_of(base, struct verbs_conn, base);
-    verbs_release(c, c->peeked);
-    c->peeked = 0;
+    coll_slot_ring_unpeek(&c->rx);
     (void)verbs_return_credit(c, false); /* a failure is sticky: the next peek reports it */
 }
 
