@@ -17,7 +17,9 @@
  *              (it wakes the poll set), after the step is let go.
  *   pollset    the poll set: a wait on 100 descriptors wakes on the last one; a
  *              ready descriptor nobody waits for leaves the set; a descriptor
- *              number closed and reused is waited on correctly.
+ *              number closed and reused is waited on correctly; a wait on one
+ *              descriptor (poll()ed, not the set) wakes for it and for
+ *              coll_engine_wake.
  */
 #include <fcntl.h>
 #include <pthread.h>
@@ -371,6 +373,13 @@ static bool pollset_has(int epfd, int fd)
     return found;
 }
 
+static void *wake_later(void *arg)
+{
+    usleep(100000);
+    coll_engine_wake(arg);
+    return NULL;
+}
+
 static void body_pollset(struct launch_rank *lr)
 {
     struct coll_comm *comm = lr->comm;
@@ -390,9 +399,11 @@ static void body_pollset(struct launch_rank *lr)
              "a ready descriptor past 64 was not seen");
     for (int i = 0; i < N; i++)
         LR_CHECK(lr, pollset_has(epfd, p[i][0]), "descriptor %d of %d not in the set", i, N);
-    /* Descriptor N-1 stays ready, and the next wait is for the first only: the
-     * ready one leaves the set instead of waking every later wait. */
-    LR_CHECK(lr, coll_engine_block(comm, want, 1, NULL, 0, 50) == 0, "nothing waited for is ready");
+    /* Descriptor N-1 stays ready, and the next wait is for the first 10 only
+     * (more than a few, so the set is used): the ready one leaves the set
+     * instead of waking every later wait. */
+    LR_CHECK(lr, coll_engine_block(comm, want, 10, NULL, 0, 50) == 0,
+             "nothing waited for is ready");
     LR_CHECK(lr, !pollset_has(epfd, p[N - 1][0]), "a ready descriptor nobody waits for stayed");
     LR_CHECK(lr, pollset_has(epfd, p[0][0]), "the descriptor waited for left the set");
     /* Closed behind the set's back and its number reused by a new pipe: a wait
@@ -409,8 +420,22 @@ static void body_pollset(struct launch_rank *lr)
     REQUIRE(write(p[0][1], "y", 1) == 1);
     int seen = 0;
     for (int tick = 0; tick < 50 && seen == 0; tick++) /* 100 ms ticks, as waits use */
-        seen = coll_engine_block(comm, want, 1, NULL, 0, 100);
+        seen = coll_engine_block(comm, want, 10, NULL, 0, 100);
     LR_CHECK(lr, seen == 1, "a reused descriptor number was not waited on");
+    /* A wait on a few descriptors polls them: it wakes for a ready one, and for
+     * coll_engine_wake from another thread. */
+    REQUIRE(write(p[1][1], "z", 1) == 1);
+    LR_CHECK(lr, coll_engine_block(comm, &want[1], 1, NULL, 0, 10000) == 1,
+             "a wait on one descriptor did not see it ready");
+    char c;
+    REQUIRE(read(p[1][0], &c, 1) == 1);
+    pthread_t t;
+    REQUIRE(pthread_create(&t, NULL, wake_later, comm) == 0);
+    double t0 = launch_now();
+    LR_CHECK(lr, coll_engine_block(comm, &want[1], 1, NULL, 0, 10000) == 0,
+             "a wake-up counted as a ready descriptor");
+    LR_CHECK(lr, launch_now() - t0 < 5, "coll_engine_wake did not end a wait on one descriptor");
+    pthread_join(t, NULL);
     for (int i = 0; i < N; i++) {
         close(p[i][0]);
         close(p[i][1]);

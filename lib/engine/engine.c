@@ -1,7 +1,9 @@
 /* The engine: one loop that runs schedules (engine.h), and the communicator's
  * persistent poll set that its waits block on.
  *
- * The poll set is an epoll instance per communicator.  A wait names the
+ * The poll set is an epoll instance per communicator, for waits on more than
+ * a few descriptors (a star's root, an all-to-all); a wait on a few poll()s
+ * them directly, the wake-up descriptor with them.  A wait names the
  * descriptors it needs and the events; those already in the set with the same
  * events cost nothing, so the usual wait (the same two or three connections
  * call after call) is one epoll_wait.  A descriptor that was wanted once and is
@@ -181,11 +183,45 @@ static void engine_resync(struct coll_engine *e, int fd, uint32_t ev)
 
 #define ENGINE_EVENTS 64
 #define ENGINE_RESYNC_MS 50
+/* Waits on at most this many descriptors poll() them: as cheap as epoll_wait
+ * for so few, and a wait that alternates between sets (a ring's receive, then
+ * its receive and send) costs no change to the set and no wake-up for a
+ * descriptor it no longer wants. */
+#define ENGINE_FEW 8
+
+/* A wait on a few descriptors: one poll() of them, the notices and the wake-up
+ * descriptor, leaving the set alone. */
+static int engine_block_few(struct coll_engine *e, const struct pollfd *want, size_t n,
+                            struct pollfd *notice, int nn, int timeout_ms)
+{
+    struct pollfd p[ENGINE_FEW + 3];
+    memcpy(p, want, n * sizeof(*p));
+    for (int i = 0; i < nn; i++)
+        p[n + (size_t)i] = (struct pollfd){.fd = notice[i].fd, .events = notice[i].events};
+    p[n + (size_t)nn] = (struct pollfd){.fd = e->wakefd, .events = POLLIN};
+    int ready = 0;
+    if (poll(p, n + (size_t)nn + 1, timeout_ms) <= 0) {
+        for (int i = 0; i < nn; i++)
+            notice[i].revents = 0;
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        ready += p[i].revents != 0;
+    for (int i = 0; i < nn; i++)
+        notice[i].revents = p[n + (size_t)i].revents;
+    if (p[n + (size_t)nn].revents != 0) {
+        uint64_t v;
+        (void)!read(e->wakefd, &v, sizeof(v));
+    }
+    return ready;
+}
 
 int coll_engine_block(struct coll_comm *comm, const struct pollfd *want, size_t n,
                       struct pollfd *notice, int nn, int timeout_ms)
 {
     struct coll_engine *e = comm->engine;
+    if (n <= ENGINE_FEW && nn <= 2)
+        return engine_block_few(e, want, n, notice, nn, timeout_ms);
     e->gen++;
     for (size_t i = 0; i < n; i++)
         engine_want(e, want[i].fd, (uint32_t)want[i].events);
@@ -211,15 +247,18 @@ int coll_engine_block(struct coll_comm *comm, const struct pollfd *want, size_t 
             (void)!read(e->wakefd, &v, sizeof(v));
             continue;
         }
-        ready++;
+        bool is_notice = false;
         for (int i = 0; i < nn; i++)
-            if (notice[i].fd == fd)
+            if (notice[i].fd == fd) {
                 notice[i].revents = (short)evs[k].events;
+                is_notice = true;
+            }
         struct engine_fd *f = (size_t)fd < e->nfds ? &e->fds[fd] : NULL;
-        if (f != NULL && f->gen == e->gen)
+        if (f != NULL && f->gen == e->gen) {
+            ready += !is_notice; /* what the caller counts: its own descriptors */
             continue;
+        }
         /* Ready, and no one waits for it: out of the set until wanted again. */
-        ready--;
         if (epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL) != 0 && errno != ENOENT) {
             engine_reset(e);
             return ready;
@@ -295,7 +334,7 @@ static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *m
 {
     size_t window = lane_window(l);
     while (l->posted < l->total && l->posted - l->done < window && lane_ready(s, l, l->posted)) {
-        size_t i = l->posted, slot = i % COLL_LANE_MAX_WINDOW;
+        size_t i = l->posted, slot = i & l->mask;
         if (l->deferred) {
             struct coll_step *st = &l->steps[slot];
             step_wait_released(st); /* the slot's last step */
@@ -312,11 +351,12 @@ static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *m
         s->ops->buf(s->ctx, l, i, &buf, &bytes);
         void *mh = s->ops->handle != NULL ? s->ops->handle(s->ctx, l, i, buf, bytes)
                    : engine_within(l->reg, l->reg_bytes, buf, bytes) ? l->mh : NULL;
-        l->buf[slot] = buf;
+        struct coll_lane_slot *sl = &l->slot[slot];
+        sl->buf = buf;
         if (l->is_send)
-            COLL_CHECK(coll_exec_isend_mh(l->comm, l->conn, buf, bytes, mh, &l->req[slot]));
+            COLL_CHECK(coll_exec_isend_mh(l->comm, l->conn, buf, bytes, mh, &sl->req));
         else
-            COLL_CHECK(coll_exec_irecv_mh(l->comm, l->conn, buf, bytes, mh, &l->req[slot]));
+            COLL_CHECK(coll_exec_irecv_mh(l->comm, l->conn, buf, bytes, mh, &sl->req));
         l->posted++;
         *moved_p = true;
     }
@@ -327,7 +367,8 @@ static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *m
 static collResult_t lane_complete(struct coll_sched *s, struct coll_lane *l, bool *moved_p)
 {
     while (l->done < l->posted) {
-        size_t i = l->done, slot = i % COLL_LANE_MAX_WINDOW;
+        size_t i = l->done, slot = i & l->mask;
+        void *buf = NULL;
         if (l->deferred) {
             struct coll_step *st = &l->steps[slot];
             if (atomic_load_explicit(&st->state, memory_order_acquire) == STEP_RUNNING)
@@ -338,13 +379,14 @@ static collResult_t lane_complete(struct coll_sched *s, struct coll_lane *l, boo
             }
         } else {
             bool ok;
-            COLL_CHECK(coll_exec_test(l->comm, &l->req[slot], &ok));
+            COLL_CHECK(coll_exec_test(l->comm, &l->slot[slot].req, &ok));
             if (!ok)
                 return collSuccess;
+            buf = l->slot[slot].buf;
         }
         l->done++;
         *moved_p = true;
-        COLL_CHECK(lane_done(s, l, i, l->buf[slot]));
+        COLL_CHECK(lane_done(s, l, i, buf));
     }
     return collSuccess;
 }
@@ -357,14 +399,15 @@ static collResult_t lane_start(struct coll_sched *s, struct coll_lane *l)
     if (l->total == 0)
         return collSuccess;
     if (l->deferred) {
-        COLL_CHECK(coll_calloc(&l->steps, COLL_LANE_MAX_WINDOW));
-        for (size_t i = 0; i < COLL_LANE_MAX_WINDOW; i++)
+        COLL_CHECK(coll_calloc(&l->steps, l->mask + 1));
+        for (size_t i = 0; i <= l->mask; i++)
             atomic_init(&l->steps[i].state, STEP_RELEASED);
         return collSuccess;
     }
     if (l->conn == NULL)
         return collSuccess; /* found later (lane_connect) */
-    l->mh = coll_reg_handle(l->comm, l->conn, l->reg, l->reg_bytes);
+    if (l->reg != NULL)
+        l->mh = coll_reg_handle(l->comm, l->conn, l->reg, l->reg_bytes);
     l->lending = !l->is_send && l->lend && l->conn->tp->recv_peek != NULL && l->mh == NULL;
     l->standin.conn = l->conn;
     return collSuccess;
@@ -386,9 +429,12 @@ static bool lane_active(const struct coll_lane *l)
     return l->done < l->total;
 }
 
-static bool sched_finished(const struct coll_sched *s)
+/* Lanes still active, counted from `from` on (all before it are done). */
+static bool sched_finished(const struct coll_sched *s, int *from_p)
 {
-    for (int k = 0; k < s->nlanes; k++)
+    while (*from_p < s->nlanes && !lane_active(&s->lanes[*from_p]))
+        (*from_p)++;
+    for (int k = *from_p; k < s->nlanes; k++)
         if (lane_active(&s->lanes[k]))
             return false;
     return s->ops->finished == NULL || s->ops->finished(s->ctx);
@@ -412,7 +458,7 @@ static int sched_pending(const struct coll_sched *s, const struct coll_comm *com
         else if (l->lending)
             out[n++] = &l->standin;
         else if (l->done < l->posted)
-            out[n++] = l->req[l->done % COLL_LANE_MAX_WINDOW];
+            out[n++] = l->slot[l->done & l->mask].req;
     }
     *steps_p = steps;
     return n;
@@ -432,8 +478,10 @@ static bool lane_waits(const struct coll_lane *l)
  * abort flag first.  The wait watches every waiting lane's oldest request, the
  * chosen comm's first.  With nothing posted, it is for a missing connection, a
  * while at most. */
-static collResult_t sched_idle(struct coll_sched *s, struct coll_wait *w, struct coll_req **pending)
+static collResult_t sched_idle(struct coll_sched *s, struct coll_wait *w, struct coll_req **pending,
+                               struct coll_comm **wcomm_p, int *np_p)
 {
+    *np_p = -1; /* nothing kept for the next idle pass unless set below */
     struct coll_comm *comm = NULL;
     for (int k = 0; k < s->nlanes && comm == NULL; k++)
         if (lane_waits(&s->lanes[k]))
@@ -468,8 +516,11 @@ static collResult_t sched_idle(struct coll_sched *s, struct coll_wait *w, struct
             if (l->comm == comm || !lane_waits(l) || l->deferred)
                 continue;
             pending[np++] = l->lending ? (struct coll_req *)&l->standin
-                                       : l->req[l->done % COLL_LANE_MAX_WINDOW];
+                                       : l->slot[l->done & l->mask].req;
         }
+    else
+        *np_p = np; /* one comm: the set holds until something moves */
+    *wcomm_p = comm;
     return coll_exec_idle(comm, w, pending, np);
 }
 
@@ -483,7 +534,7 @@ static void lane_free_steps(struct coll_lane *l)
         return;
     int64_t until = coll_now_ns() + l->comm->timeout_ms * 1000000LL;
     for (size_t i = l->done; i < l->posted; i++) {
-        struct coll_step *st = &l->steps[i % COLL_LANE_MAX_WINDOW];
+        struct coll_step *st = &l->steps[i & l->mask];
         while (atomic_load_explicit(&st->state, memory_order_acquire) == STEP_RUNNING) {
             if (coll_now_ns() >= until) {
                 COLL_WARN("%s #%llu: a deferred step did not finish within %lld ms of a "
@@ -495,29 +546,168 @@ static void lane_free_steps(struct coll_lane *l)
             (void)coll_engine_block(l->comm, NULL, 0, NULL, 0, 10);
         }
     }
-    for (size_t k = 0; k < COLL_LANE_MAX_WINDOW; k++)
+    for (size_t k = 0; k <= l->mask; k++)
         step_wait_released(&l->steps[k]);
     free(l->steps);
     l->steps = NULL;
 }
 
 #define ENGINE_STACK_LANES 16
+#define ENGINE_STACK_SLOTS 512
+
+/* Slots for a lane's pieces in flight: its window (or its piece count, when
+ * smaller) rounded up to a power of two. */
+static size_t lane_slots(const struct coll_lane *l)
+{
+    size_t w = lane_window(l), n = 1;
+    if (l->total < w)
+        w = l->total;
+    while (n < w)
+        n *= 2;
+    return n;
+}
+
+/* Whether s is one exchange: at most one piece per lane, every connection
+ * there, nothing lent, deferred or ordered by ready(), no work of its own, one
+ * comm (a round of recursive doubling, a barrier step). */
+static bool sched_is_oneshot(const struct coll_sched *s)
+{
+    const struct coll_sched_ops *o = s->ops;
+    if (s->nlanes > ENGINE_STACK_LANES || o->ready != NULL || o->progress != NULL ||
+        o->finished != NULL || o->start != NULL)
+        return false;
+    for (int k = 0; k < s->nlanes; k++) {
+        const struct coll_lane *l = &s->lanes[k];
+        if (l->total > 1 || l->deferred || (l->comm != NULL && l->comm != s->comm) ||
+            (l->total == 1 && (l->conn == NULL || (l->lend && !l->is_send))))
+            return false;
+    }
+    return true;
+}
+
+/* The engine's loop for a one-shot schedule: post every piece (receives
+ * first), then test them until done, waiting in coll_exec_idle; the same rules
+ * as the general loop with none of its bookkeeping, for the smallest calls,
+ * whose time is the loop's. */
+static collResult_t engine_run_oneshot(struct coll_sched *s)
+{
+    struct coll_comm *comm = s->comm;
+    struct coll_req *req[ENGINE_STACK_LANES] = {NULL}, *pending[ENGINE_STACK_LANES];
+    void *bufs[ENGINE_STACK_LANES];
+    size_t maxb = 0;
+    for (int pass = 0; pass < 2; pass++)
+        for (int k = 0; k < s->nlanes; k++) {
+            struct coll_lane *l = &s->lanes[k];
+            l->comm = comm;
+            if (l->total == 0 || l->is_send != (pass == 1))
+                continue;
+            size_t bytes;
+            s->ops->buf(s->ctx, l, 0, &bufs[k], &bytes);
+            void *mh = s->ops->handle != NULL ? s->ops->handle(s->ctx, l, 0, bufs[k], bytes)
+                       : l->reg != NULL && engine_within(l->reg, l->reg_bytes, bufs[k], bytes)
+                           ? coll_reg_handle(comm, l->conn, l->reg, l->reg_bytes)
+                           : NULL;
+            if (l->is_send)
+                COLL_CHECK(coll_exec_isend_mh(comm, l->conn, bufs[k], bytes, mh, &req[k]));
+            else
+                COLL_CHECK(coll_exec_irecv_mh(comm, l->conn, bufs[k], bytes, mh, &req[k]));
+            l->posted = 1;
+            if (bytes > maxb)
+                maxb = bytes;
+        }
+    struct coll_wait w;
+    coll_exec_wait_init(comm, &w, s->piece_bytes > maxb ? s->piece_bytes : maxb);
+    for (;;) {
+        int np = 0;
+        bool moved = false;
+        for (int k = 0; k < s->nlanes; k++) {
+            struct coll_lane *l = &s->lanes[k];
+            if (l->done >= l->posted)
+                continue;
+            bool ok;
+            COLL_CHECK(coll_exec_test(comm, &req[k], &ok));
+            if (!ok) {
+                pending[np++] = req[k];
+                continue;
+            }
+            l->done = 1;
+            moved = true;
+            COLL_CHECK(lane_done(s, l, 0, bufs[k]));
+        }
+        if (np == 0)
+            return collSuccess;
+        if (moved)
+            w.idle_since = 0;
+        else
+            COLL_CHECK(coll_exec_idle(comm, &w, pending, np));
+    }
+}
 
 collResult_t coll_engine_run(struct coll_sched *s)
 {
+    if (sched_is_oneshot(s))
+        return engine_run_oneshot(s);
     collResult_t res = collSuccess;
     struct coll_req *stack[ENGINE_STACK_LANES], **pending = stack;
+    /* The slots are written before they are read: not cleared. */
+    struct coll_lane_slot stack_slots[ENGINE_STACK_SLOTS], *slots = stack_slots;
+    size_t nslots = 0;
+    for (int k = 0; k < s->nlanes; k++) {
+        struct coll_lane *l = &s->lanes[k];
+        l->mask = lane_slots(l) - 1;
+        if (l->total > 0 && !l->deferred)
+            nslots += l->mask + 1;
+    }
     if (s->nlanes > ENGINE_STACK_LANES)
         COLL_CHECK(coll_calloc(&pending, (size_t)s->nlanes));
+    if (nslots > ENGINE_STACK_SLOTS &&
+        (slots = malloc(nslots * sizeof(*slots))) == NULL) {
+        coll_set_error(s->comm, "%s: out of memory for %zu pieces in flight", s->comm->op_name,
+                       nslots);
+        res = collSystemError;
+        goto out;
+    }
     s->multi_comm = false;
-    for (int k = 0; k < s->nlanes; k++) {
-        COLL_CHECK_GOTO(lane_start(s, &s->lanes[k]), res, out);
-        s->multi_comm |= s->lanes[k].comm != s->comm;
+    for (int k = 0, at = 0; k < s->nlanes; k++) {
+        struct coll_lane *l = &s->lanes[k];
+        if (l->total > 0 && !l->deferred) {
+            l->slot = slots + at;
+            at += (int)(l->mask + 1);
+        }
+        COLL_CHECK_GOTO(lane_start(s, l), res, out);
+        s->multi_comm |= l->comm != s->comm;
     }
     struct coll_wait w;
     coll_exec_wait_init(s->comm, &w, s->piece_bytes);
-    while (!sched_finished(s)) {
+    int first_active = 0;
+    /* The last idle pass's wait set, reused while nothing moves (a spin costs a
+     * pass and a look at the clock, not a rebuild of the set). */
+    struct coll_comm *wcomm = s->comm;
+    int np = -1;
+    while (!sched_finished(s, &first_active)) {
         bool moved = false;
+        if (np >= 0) {
+            /* The last pass moved nothing, so only what lanes wait on can have
+             * changed: look at that alone while spinning, and make the whole
+             * pass once something moves. */
+            for (int k = first_active; k < s->nlanes; k++) {
+                struct coll_lane *l = &s->lanes[k];
+                if (!lane_waits(l))
+                    continue;
+                if (l->lending)
+                    COLL_CHECK_GOTO(lane_take(s, l, &moved), res, out);
+                else
+                    COLL_CHECK_GOTO(lane_complete(s, l, &moved), res, out);
+            }
+            if (!moved) {
+                COLL_CHECK_GOTO(coll_exec_idle(wcomm, &w, pending, np), res, out);
+                continue;
+            }
+            np = -1;
+            w.idle_since = 0;
+            if (sched_finished(s, &first_active))
+                break;
+        }
         for (int pass = 0; pass < 2; pass++) /* receives before sends */
             for (int k = 0; k < s->nlanes; k++) {
                 struct coll_lane *l = &s->lanes[k];
@@ -541,11 +731,14 @@ collResult_t coll_engine_run(struct coll_sched *s)
             w.idle_since = 0;
             continue;
         }
-        COLL_CHECK_GOTO(sched_idle(s, &w, pending), res, out);
+        COLL_CHECK_GOTO(sched_idle(s, &w, pending, &wcomm, &np), res, out);
     }
 out:
     for (int k = 0; k < s->nlanes; k++)
-        lane_free_steps(&s->lanes[k]);
+        if (s->lanes[k].steps != NULL)
+            lane_free_steps(&s->lanes[k]);
+    if (slots != stack_slots)
+        free(slots);
     if (pending != stack)
         free(pending);
     return res;

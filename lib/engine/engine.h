@@ -71,9 +71,12 @@ struct coll_lane {
     size_t lent_off;         /* bytes of piece `done` taken so far (lending) */
     void *mh;
     bool lending;
-    void *buf[COLL_LANE_MAX_WINDOW];
-    struct coll_req *req[COLL_LANE_MAX_WINDOW];
-    struct coll_step *steps; /* deferred lanes: COLL_LANE_MAX_WINDOW */
+    size_t mask;             /* piece i's slot: i & mask (a power of two >= window) */
+    struct coll_lane_slot {  /* per piece in flight: where it is and its request */
+        void *buf;
+        struct coll_req *req;
+    } *slot;
+    struct coll_step *steps; /* deferred lanes: mask + 1 */
     struct coll_req standin; /* what a wait on a lending lane watches */
 };
 
@@ -134,10 +137,10 @@ int coll_engine_poll_fd(const struct coll_comm *comm);
 
 /* Blocks until one of want[0..n) is ready, a failure notice arrives (notice,
  * nn entries from coll_bootstrap_notice_fds: their revents are filled), the
- * engine is woken, or timeout_ms passes; returns how many of the descriptors
- * named were ready.  They stay in the poll set between waits, so a wait on the
- * same ones costs one system call. */
+ * engine is woken, or timeout_ms passes; returns how many of want's
+ * descriptors were ready (notices not counted).  They stay in the poll set
+ * between waits, so a wait on the same ones costs one system call. */
 int coll_engine_block(struct coll_comm *comm, const struct pollfd *want, size_t n,
-                       struct pollfd *notice, int nn, int timeout_ms);
+                      struct pollfd *notice, int nn, int timeout_ms);
 
 #endif
