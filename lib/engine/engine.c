@@ -143,7 +143,8 @@ static void engine_reset(struct coll_engine *e)
         return; /* keep the old one: waits still end by their tick */
     close(e->epfd);
     e->epfd = ep;
-    memset(e->fds, 0, e->nfds * sizeof(*e->fds));
+    if (e->fds != NULL)
+        memset(e->fds, 0, e->nfds * sizeof(*e->fds));
 }
 
 /* Puts fd in the set with events ev (this wait wants it). */
@@ -195,7 +196,8 @@ static int engine_block_few(struct coll_engine *e, const struct pollfd *want, si
                             struct pollfd *notice, int nn, int timeout_ms)
 {
     struct pollfd p[ENGINE_FEW + 3];
-    memcpy(p, want, n * sizeof(*p));
+    if (n > 0) /* want may be NULL then */
+        memcpy(p, want, n * sizeof(*p));
     for (int i = 0; i < nn; i++)
         p[n + (size_t)i] = (struct pollfd){.fd = notice[i].fd, .events = notice[i].events};
     p[n + (size_t)nn] = (struct pollfd){.fd = e->wakefd, .events = POLLIN};
