@@ -331,6 +331,20 @@ static collResult_t lane_take(struct coll_sched *s, struct coll_lane *l, bool *m
     return collSuccess;
 }
 
+/* Posts piece i of connected lane l: where buf() puts it, with the transport's
+ * handle for it (ops->handle, or mh when the piece lies in l->reg). */
+static collResult_t lane_issue(struct coll_sched *s, struct coll_lane *l, size_t i, void *mh,
+                               void **buf_p, size_t *bytes_p, struct coll_req **req_p)
+{
+    s->ops->buf(s->ctx, l, i, buf_p, bytes_p);
+    void *buf = *buf_p;
+    size_t bytes = *bytes_p;
+    mh = s->ops->handle != NULL ? s->ops->handle(s->ctx, l, i, buf, bytes)
+         : engine_within(l->reg, l->reg_bytes, buf, bytes) ? mh : NULL;
+    return l->is_send ? coll_exec_isend_mh(l->comm, l->conn, buf, bytes, mh, req_p)
+                      : coll_exec_irecv_mh(l->comm, l->conn, buf, bytes, mh, req_p);
+}
+
 /* Posts (or starts) pieces of l while ready and within its window. */
 static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *moved_p)
 {
@@ -348,17 +362,9 @@ static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *m
             *moved_p = true;
             continue;
         }
-        void *buf;
-        size_t bytes;
-        s->ops->buf(s->ctx, l, i, &buf, &bytes);
-        void *mh = s->ops->handle != NULL ? s->ops->handle(s->ctx, l, i, buf, bytes)
-                   : engine_within(l->reg, l->reg_bytes, buf, bytes) ? l->mh : NULL;
         struct coll_lane_slot *sl = &l->slot[slot];
-        sl->buf = buf;
-        if (l->is_send)
-            COLL_CHECK(coll_exec_isend_mh(l->comm, l->conn, buf, bytes, mh, &sl->req));
-        else
-            COLL_CHECK(coll_exec_irecv_mh(l->comm, l->conn, buf, bytes, mh, &sl->req));
+        size_t bytes;
+        COLL_CHECK(lane_issue(s, l, i, l->mh, &sl->buf, &bytes, &sl->req));
         l->posted++;
         *moved_p = true;
     }
@@ -442,6 +448,24 @@ static bool sched_finished(const struct coll_sched *s, int *from_p)
     return s->ops->finished == NULL || s->ops->finished(s->ctx);
 }
 
+/* What a wait on connected lane l watches: its oldest piece in flight, or for
+ * a lending lane the stand-in for its connection; NULL when nothing. */
+static struct coll_req *lane_waited(const struct coll_lane *l)
+{
+    if (!lane_active(l) || l->deferred || l->conn == NULL)
+        return NULL;
+    if (l->lending)
+        return (struct coll_req *)&l->standin;
+    return l->done < l->posted ? l->slot[l->done & l->mask].req : NULL;
+}
+
+/* Whether l waits on something this pass could not move: a posted piece, a
+ * lent one, a deferred step. */
+static bool lane_waits(const struct coll_lane *l)
+{
+    return l->deferred ? lane_active(l) && l->done < l->posted : lane_waited(l) != NULL;
+}
+
 /* The requests a wait on comm watches: the oldest of each of its lanes (a
  * lending lane's stand-in for its connection); *steps_p counts the deferred
  * steps waited for. */
@@ -455,23 +479,11 @@ static int sched_pending(const struct coll_sched *s, const struct coll_comm *com
             continue;
         if (l->deferred)
             steps += l->done < l->posted;
-        else if (l->conn == NULL)
-            continue;
-        else if (l->lending)
-            out[n++] = &l->standin;
-        else if (l->done < l->posted)
-            out[n++] = l->slot[l->done & l->mask].req;
+        else if (lane_waited(l) != NULL)
+            out[n++] = lane_waited(l);
     }
     *steps_p = steps;
     return n;
-}
-
-/* Whether l waits on something this pass could not move: a posted piece, a
- * lent one, a deferred step. */
-static bool lane_waits(const struct coll_lane *l)
-{
-    return lane_active(l) && (l->deferred ? l->done < l->posted
-                              : l->conn != NULL && (l->lending || l->done < l->posted));
 }
 
 /* Nothing moved.  The wait runs on the comm of the first lane that waits (a
@@ -515,10 +527,8 @@ static collResult_t sched_idle(struct coll_sched *s, struct coll_wait *w, struct
     if (s->multi_comm)
         for (int k = 0; k < s->nlanes; k++) {
             const struct coll_lane *l = &s->lanes[k];
-            if (l->comm == comm || !lane_waits(l) || l->deferred)
-                continue;
-            pending[np++] = l->lending ? (struct coll_req *)&l->standin
-                                       : l->slot[l->done & l->mask].req;
+            if (l->comm != comm && lane_waited(l) != NULL)
+                pending[np++] = lane_waited(l);
         }
     else
         *np_p = np; /* one comm: the set holds until something moves */
@@ -604,15 +614,9 @@ static collResult_t engine_run_oneshot(struct coll_sched *s)
             if (l->total == 0 || l->is_send != (pass == 1))
                 continue;
             size_t bytes;
-            s->ops->buf(s->ctx, l, 0, &bufs[k], &bytes);
-            void *mh = s->ops->handle != NULL ? s->ops->handle(s->ctx, l, 0, bufs[k], bytes)
-                       : l->reg != NULL && engine_within(l->reg, l->reg_bytes, bufs[k], bytes)
-                           ? coll_reg_handle(comm, l->conn, l->reg, l->reg_bytes)
-                           : NULL;
-            if (l->is_send)
-                COLL_CHECK(coll_exec_isend_mh(comm, l->conn, bufs[k], bytes, mh, &req[k]));
-            else
-                COLL_CHECK(coll_exec_irecv_mh(comm, l->conn, bufs[k], bytes, mh, &req[k]));
+            void *mh = l->reg != NULL ? coll_reg_handle(comm, l->conn, l->reg, l->reg_bytes)
+                                      : NULL;
+            COLL_CHECK(lane_issue(s, l, 0, mh, &bufs[k], &bytes, &req[k]));
             l->posted = 1;
             if (bytes > maxb)
                 maxb = bytes;

@@ -53,18 +53,6 @@ static void exec_fail(struct coll_comm *comm, struct coll_conn *c, collResult_t 
     coll_comm_poison(comm, res);
 }
 
-collResult_t coll_exec_isend(struct coll_comm *comm, struct coll_conn *c, const void *buf,
-                             size_t n, struct coll_req **r_p)
-{
-    return coll_exec_isend_mh(comm, c, buf, n, NULL, r_p);
-}
-
-collResult_t coll_exec_irecv(struct coll_comm *comm, struct coll_conn *c, void *buf, size_t n,
-                             struct coll_req **r_p)
-{
-    return coll_exec_irecv_mh(comm, c, buf, n, NULL, r_p);
-}
-
 collResult_t coll_exec_isend_mh(struct coll_comm *comm, struct coll_conn *c, const void *buf,
                                 size_t n, void *mh, struct coll_req **r_p)
 {

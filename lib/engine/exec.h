@@ -23,13 +23,9 @@ void coll_exec_wait_init(const struct coll_comm *comm, struct coll_wait *w, size
 /* Starts an operation: sets its deadline and name for messages. */
 void coll_exec_begin(struct coll_comm *comm, const char *op_name);
 
-/* Posts a send or receive of n bytes; n == 0 completes at once (*r_p = NULL). */
-collResult_t coll_exec_isend(struct coll_comm *comm, struct coll_conn *c, const void *buf,
-                             size_t n, struct coll_req **r_p);
-collResult_t coll_exec_irecv(struct coll_comm *comm, struct coll_conn *c, void *buf, size_t n,
-                             struct coll_req **r_p);
-/* The same with the transport's handle for the buffer (coll_reg_handle in
- * regcache.h; NULL: none), so that it may move the bytes in place. */
+/* Posts a send or receive of n bytes with the transport's handle for the
+ * buffer (coll_reg_handle in regcache.h; NULL: none), so that it may move the
+ * bytes in place; n == 0 completes at once (*r_p = NULL). */
 collResult_t coll_exec_isend_mh(struct coll_comm *comm, struct coll_conn *c, const void *buf,
                                 size_t n, void *mh, struct coll_req **r_p);
 collResult_t coll_exec_irecv_mh(struct coll_comm *comm, struct coll_conn *c, void *buf,

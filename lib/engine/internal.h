@@ -131,7 +131,7 @@ struct coll_comm {
     char last_error[COLL_ERRMSG_BYTES];
 
     /* collCommGetBytes: bytes posted to the transports to send to / receive from
-     * the peers (coll_exec_isend, coll_exec_irecv, coll_exec_peek), and those the
+     * the peers (coll_exec_isend_mh, coll_exec_irecv_mh, coll_exec_peek), and those the
      * direct allreduce moves (mem.c).  Added on whichever thread runs the call
      * (the caller's, a progress thread, a non-blocking init's), read from any:
      * relaxed atomics (coll_comm_count_bytes). */
