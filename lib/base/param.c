@@ -73,8 +73,13 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                                "slots per shared-memory ring (2-64); 0: 16"},
     [COLL_PARAM_SHM_BUDGET_MB] = {"COLL_SHM_BUDGET_MB", COLL_PARAM_TYPE_INT, "1024",
                                   "MiB of shared memory the rings of all pairs of ranks on a "
-                                  "host may take together (each ring shrinks to its share of "
-                                  "it, never below 2 slots of 4 KiB); 0: no budget"},
+                                  "host may take together, over every communicator and process "
+                                  "of the user (each ring shrinks to its share of it and to "
+                                  "what is left, never below 2 slots of 4 KiB); 0: no budget"},
+    [COLL_PARAM_SHM_LEDGER] = {"COLL_SHM_LEDGER", COLL_PARAM_TYPE_STR, NULL,
+                               "file in /dev/shm that counts the rings' memory against "
+                               "COLL_SHM_BUDGET_MB on this host; unset: "
+                               "libcollective-ledger-<uid>, one per user"},
     [COLL_PARAM_SHM_DIRECT_BYTES] = {"COLL_SHM_DIRECT_BYTES", COLL_PARAM_TYPE_SIZE, "262144",
                                      "the direct allreduce on collMemAlloc buffers can run "
                                      "from this many bytes (set: is taken from there); -1: "

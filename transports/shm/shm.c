@@ -21,30 +21,38 @@
  * then on the memory is only mapped: when both processes are gone, so is the
  * segment, whatever killed them.
  *
+ * Peers in this process (ranks as threads): the sender finds the listener in
+ * the process's list of its own listeners by name, and both ends drop the
+ * socket once the hello is read.  Each rank's context has one eventfd, its
+ * bell, that every in-process peer rings instead of writing on a socket, and
+ * that all its in-process connections wait on; close and shutdown are flags in
+ * the segment with a ring of the bell.  A process of L rank threads thus holds
+ * about L bells instead of 2 L (L - 1) sockets in an all-to-all.  What the
+ * receiver needs of the sender (its bell) passes through a record in process
+ * memory named by a number in the hello; nothing read from the segment is
+ * used as a pointer.
+ *
  * Ring size: a per-host budget (COLL_SHM_BUDGET_MB, 1 GiB) that every ring
- * on the host is carved from.  The sender sizes a ring when it makes its first
- * segment, from the host's rank count L: in the worst case (an all-to-all, a
- * naive star) all L (L - 1) directed pairs talk, so each ring gets at most
- * budget / (L (L - 1)).  When the configured ring (COLL_SHM_NSLOTS x
- * COLL_SHM_SLOT_BYTES, 16 x 256 KiB) fits that share it is used as it is: with
- * the default budget, up to 16 ranks on a host (240 rings of 4 MiB, 961 MiB)
- * see no change.  Beyond, the ring keeps its slot size with fewer slots down to
- * 4, then keeps 4 slots that shrink (multiples of 4 KiB), and at last goes down
- * to the floor of 2 slots of 4 KiB, which still moves any message (a message
- * streams through the ring fragment by fragment; only the pipelining ahead of
- * the receiver shrinks).  96 ranks: 4 x 24 KiB; 128 ranks: 4 x 12 KiB.  The
- * sizes are a pure function of L, the budget and the two parameters, so no
- * rank needs to agree with another (the receiver takes the geometry the hello
- * gives), and nothing is shared between processes to count usage.  Pairs that
- * never talk cost nothing (segments are made on first use), so the budget is a
- * bound, not what a ring or a tree uses.  Growing rings when large messages
- * flow was the alternative: it would need a host-wide counter in a segment of
- * its own and a swap of a live segment under both ranks, for little gain where
- * many ranks already split the memory bandwidth.  The floor times L (L - 1)
- * exceeds the budget only beyond ~295 ranks on a host (WARN once per rank).
- * The budget is a communicator's: communicators that share the host's ranks
- * (a comm and the comms split from it) each carve their rings from one, which
- * is why the default is half of the 2 GiB the library means to stay under.
+ * on the host is carved from.  A communicator's share: the sender sizes a ring
+ * when it makes its first segment, from the host's rank count L: in the worst
+ * case (an all-to-all, a naive star) all L (L - 1) directed pairs talk, so each
+ * ring gets at most budget / (L (L - 1)).  When the configured ring
+ * (COLL_SHM_NSLOTS x COLL_SHM_SLOT_BYTES, 16 x 256 KiB) fits that share it is
+ * used as it is: with the default budget, up to 16 ranks on a host (240 rings
+ * of 4 MiB, 961 MiB) see no change.  Beyond, the ring keeps its slot size with
+ * fewer slots down to 4, then keeps 4 slots that shrink (multiples of 4 KiB),
+ * and at last goes down to the floor of 2 slots of 4 KiB, which still moves any
+ * message (a message streams through the ring fragment by fragment; only the
+ * pipelining ahead of the receiver shrinks).  96 ranks: 4 x 24 KiB; 128 ranks:
+ * 4 x 12 KiB.  The host's whole: every communicator and process of the user
+ * counts its segments in one ledger (ledger.c), and a new ring shrinks by the
+ * same steps to what the ledger has left, never below the floor.  The receiver
+ * takes the geometry the hello gives, so no rank needs to agree with another.
+ * Pairs that never talk cost nothing (segments are made on first use), so the
+ * budget is a bound, not what a ring or a tree uses.  Growing rings when large
+ * messages flow was the alternative: it would need a swap of a live segment
+ * under both ranks, for little gain where many ranks already split the memory
+ * bandwidth.
  *
  * Waiting: the core spins on test() first.  Before it blocks it calls
  * wait_prepare(), which raises this side's sleep flag and looks once more; the
@@ -53,7 +61,10 @@
  * the peer's death (the socket closes), so a dead peer is noticed within the
  * usual deadlines without a timer.  Flags and counters use sequentially
  * consistent atomics, so a wake-up cannot be lost between the flag and the
- * counter.
+ * counter.  A bell is shared by a rank's in-process connections, so reading it
+ * may take a ring meant for another connection whose flag is already down:
+ * wait_prepare() that reads a ring answers "test again" instead of raising its
+ * flag, and the core then tests every connection before it prepares again.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -66,12 +77,15 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <pthread.h>
+#include <sys/eventfd.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include "alloc.h"
 #include "check.h"
 #include "common/slot_ring.h"
+#include "ledger.h"
 #include "log.h"
 #include "param.h"
 #include "transport.h"
@@ -100,6 +114,7 @@ struct shm_hello {
     uint32_t nslots;
     uint32_t slot_bytes;
     uint64_t seg_bytes;
+    uint64_t link;          /* a peer in this process: its shm_link's id; 0: none */
 };
 
 struct shm_ctrl {
@@ -107,6 +122,10 @@ struct shm_ctrl {
     _Alignas(SHM_CACHELINE) _Atomic uint64_t tail;  /* written by the receiver */
     _Alignas(SHM_CACHELINE) _Atomic uint32_t recv_sleep;
     _Alignas(SHM_CACHELINE) _Atomic uint32_t send_sleep;
+    /* In-process peers: the sender [0] or the receiver [1] closed or shut down;
+     * the receiver took the link (set under shm_local.lock). */
+    _Alignas(SHM_CACHELINE) _Atomic uint32_t closed[2];
+    _Atomic uint32_t taken;
     _Alignas(SHM_CACHELINE) uint32_t len[SHM_MAX_SLOTS];
     uint32_t nslots, slot_bytes;
 };
@@ -117,6 +136,14 @@ struct shm_ctx {
     uint32_t nslots, slot_bytes; /* the ring of every send segment (shm_size_ring) */
     int64_t budget_mb;           /* COLL_SHM_BUDGET_MB; 0: none */
     bool sized;                  /* nslots and slot_bytes fitted to the budget */
+    struct shm_bell *bell;       /* in-process peers ring it (under shm_local.lock) */
+};
+
+/* An eventfd that in-process peers ring; it lives while a context or a
+ * connection holds a reference, so a peer never writes a closed number. */
+struct shm_bell {
+    int fd;
+    int refs; /* under shm_local.lock */
 };
 
 struct shm_req {
@@ -138,7 +165,11 @@ struct shm_conn {
     struct coll_slot_ring rx; /* receiver: the slots, up to head; tail is rx.next */
     uint64_t head, tail;   /* requests [head, tail) in the FIFO */
     struct shm_req reqs[SHM_REQ_CAP];
-    bool peer_gone;        /* the socket closed */
+    bool peer_gone;        /* the socket closed (in-process: the peer's closed flag) */
+    bool local;            /* the peer is in this process: bells, no socket */
+    uint64_t link;         /* local sender: the link until the receiver took it; 0 then */
+    bool ledgered;         /* sender: the segment is in the host's ledger */
+    struct shm_bell *own, *peer_bell; /* local: this context's bell, the peer's */
     atomic_bool shut;      /* shutdown() was called */
     unsigned idle_tests;
     collResult_t failed;
@@ -152,6 +183,9 @@ struct shm_listener {
     struct coll_conn base;
     struct shm_ctx *ctx;
     int lfd;
+    char name[96];               /* the abstract socket's */
+    pid_t pid;                   /* the process that listens (a fork has a copy) */
+    struct shm_listener *next;   /* shm_local.listeners */
     struct shm_pending *pend; /* accepted, hello not read yet */
     int npend, pend_cap;
 };
@@ -160,6 +194,216 @@ static uint64_t shm_netns(void)
 {
     struct stat st;
     return stat("/proc/self/ns/net", &st) == 0 ? (uint64_t)st.st_ino : 0;
+}
+
+/* --- Peers in this process --- */
+
+/* A connection to a listener of this process whose hello is not read yet: what
+ * the receiver takes over when it reads the hello naming `id`. */
+struct shm_link {
+    uint64_t id;
+    struct shm_listener *to;
+    struct shm_bell *bell; /* the sender's, a reference for the receiver */
+    struct shm_link *next;
+};
+
+static struct {
+    pthread_mutex_t lock;
+    struct shm_listener *listeners; /* this process's */
+    struct shm_link *links;
+    uint64_t next_id;
+} shm_local = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+/* A link's id: random, so that a refused hello (which any process on the host
+ * can send) cannot name another sender's link; never 0.  Under the lock. */
+static uint64_t shm_link_id(void)
+{
+    uint64_t id = 0;
+    if (getrandom(&id, sizeof(id), GRND_NONBLOCK) != (ssize_t)sizeof(id))
+        id = 0;
+    id ^= ++shm_local.next_id * UINT64_C(0x9e3779b97f4a7c15);
+    return id != 0 ? id : 1;
+}
+
+/* A reference to ctx's bell, made on first use; NULL with errno set when no
+ * eventfd can be had.  Under shm_local.lock. */
+static struct shm_bell *shm_bell_ref(struct shm_ctx *ctx)
+{
+    if (ctx->bell == NULL) {
+        struct shm_bell *b = calloc(1, sizeof(*b));
+        if (b == NULL)
+            return NULL;
+        b->fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (b->fd < 0) {
+            int err = errno;
+            free(b);
+            errno = err;
+            return NULL;
+        }
+        b->refs = 1; /* the context's own */
+        ctx->bell = b;
+    }
+    ctx->bell->refs++;
+    return ctx->bell;
+}
+
+/* Under shm_local.lock. */
+static void shm_bell_unref(struct shm_bell *b)
+{
+    if (b != NULL && --b->refs == 0) {
+        close(b->fd);
+        free(b);
+    }
+}
+
+static void shm_bell_ring(const struct shm_bell *b)
+{
+    uint64_t one = 1;
+    (void)!write(b->fd, &one, sizeof(one));
+}
+
+/* Whether the listener named `name` is this process's; if so, the two bells of
+ * the connection to it (*own: ctx's, *peer: the listener's) and the id of the
+ * link that hands the receiver its side.  -1 with errno when a bell cannot be
+ * made. */
+static int shm_local_link(struct shm_ctx *ctx, const char *name, uint64_t *id_p,
+                          struct shm_bell **own_p, struct shm_bell **peer_p)
+{
+    pid_t me = getpid();
+    int found = 0;
+    pthread_mutex_lock(&shm_local.lock);
+    struct shm_listener *lis = shm_local.listeners;
+    while (lis != NULL && (lis->pid != me || strcmp(lis->name, name) != 0))
+        lis = lis->next;
+    if (lis != NULL) {
+        struct shm_link *l = calloc(1, sizeof(*l));
+        struct shm_bell *own = l ? shm_bell_ref(ctx) : NULL;
+        struct shm_bell *peer = own ? shm_bell_ref(lis->ctx) : NULL;
+        struct shm_bell *given = peer ? shm_bell_ref(ctx) : NULL;
+        if (given == NULL) {
+            int err = errno ? errno : ENOMEM;
+            shm_bell_unref(peer);
+            shm_bell_unref(own);
+            free(l);
+            errno = err;
+            found = -1;
+        } else {
+            *l = (struct shm_link){.id = shm_link_id(), .to = lis, .bell = given,
+                                   .next = shm_local.links};
+            shm_local.links = l;
+            *id_p = l->id;
+            *own_p = own;
+            *peer_p = peer;
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&shm_local.lock);
+    return found;
+}
+
+/* Takes the link `id` addressed to lis out of the list, marking ctrl taken:
+ * *peer_p gets the sender's bell and *own_p a reference to lis's context's
+ * bell.  0 when there is no such link (a hello naming one that this process
+ * never made), -1 with errno when no bell could be made. */
+static int shm_local_take(struct shm_listener *lis, uint64_t id, struct shm_ctrl *ctrl,
+                          struct shm_bell **own_p, struct shm_bell **peer_p)
+{
+    int ok = 0;
+    pthread_mutex_lock(&shm_local.lock);
+    for (struct shm_link **pl = &shm_local.links; *pl != NULL; pl = &(*pl)->next) {
+        struct shm_link *l = *pl;
+        if (l->id != id || l->to != lis)
+            continue;
+        *own_p = shm_bell_ref(lis->ctx);
+        if (*own_p != NULL) {
+            atomic_store(&ctrl->taken, 1);
+            *peer_p = l->bell;
+            *pl = l->next;
+            free(l);
+            ok = 1;
+        } else {
+            ok = -1;
+        }
+        break;
+    }
+    pthread_mutex_unlock(&shm_local.lock);
+    return ok;
+}
+
+/* Drops the link `id` if it is addressed to `to` (any listener: NULL): the
+ * sender failed after making it, or the receiver refused its hello.  Its sender
+ * is rung: a link gone untaken is a peer gone (shm_local_check). */
+static void shm_local_drop(uint64_t id, const struct shm_listener *to)
+{
+    pthread_mutex_lock(&shm_local.lock);
+    for (struct shm_link **pl = &shm_local.links; *pl != NULL; pl = &(*pl)->next)
+        if ((*pl)->id == id && (to == NULL || (*pl)->to == to)) {
+            struct shm_link *l = *pl;
+            *pl = l->next;
+            shm_bell_ring(l->bell);
+            shm_bell_unref(l->bell);
+            free(l);
+            break;
+        }
+    pthread_mutex_unlock(&shm_local.lock);
+}
+
+/* In-process sender: whether the receiver has taken the link yet.  A link gone
+ * untaken (its hello refused, its listener closed first) will never be taken:
+ * the peer is gone, as a socket closed by the receiver said before. */
+static void shm_local_check(struct shm_conn *c)
+{
+    if (c->link == 0)
+        return;
+    bool present = false;
+    pthread_mutex_lock(&shm_local.lock);
+    bool taken = atomic_load(&c->ctrl->taken) != 0;
+    for (const struct shm_link *l = shm_local.links; l != NULL && !taken && !present; l = l->next)
+        present = l->id == c->link;
+    pthread_mutex_unlock(&shm_local.lock);
+    if (taken || !present)
+        c->link = 0;
+    if (!taken && !present)
+        c->peer_gone = true;
+}
+
+static void shm_local_add_listener(struct shm_listener *lis)
+{
+    pthread_mutex_lock(&shm_local.lock);
+    lis->next = shm_local.listeners;
+    shm_local.listeners = lis;
+    pthread_mutex_unlock(&shm_local.lock);
+}
+
+/* Takes lis out of the list, with the links to it that no hello was read for. */
+static void shm_local_remove_listener(struct shm_listener *lis)
+{
+    pthread_mutex_lock(&shm_local.lock);
+    for (struct shm_listener **p = &shm_local.listeners; *p != NULL; p = &(*p)->next)
+        if (*p == lis) {
+            *p = lis->next;
+            break;
+        }
+    for (struct shm_link **pl = &shm_local.links; *pl != NULL;) {
+        struct shm_link *l = *pl;
+        if (l->to != lis) {
+            pl = &l->next;
+            continue;
+        }
+        *pl = l->next;
+        shm_bell_ring(l->bell);
+        shm_bell_unref(l->bell);
+        free(l);
+    }
+    pthread_mutex_unlock(&shm_local.lock);
+}
+
+static void shm_local_unref2(struct shm_bell *a, struct shm_bell *b)
+{
+    pthread_mutex_lock(&shm_local.lock);
+    shm_bell_unref(a);
+    shm_bell_unref(b);
+    pthread_mutex_unlock(&shm_local.lock);
 }
 
 static collResult_t shm_init(const struct coll_tp_env *env, void **ctx_p)
@@ -195,8 +439,10 @@ static collResult_t shm_init(const struct coll_tp_env *env, void **ctx_p)
     return collSuccess;
 }
 
-static void shm_fini(void *ctx)
+static void shm_fini(void *vctx)
 {
+    struct shm_ctx *ctx = vctx;
+    shm_local_unref2(ctx->bell, NULL);
     free(ctx);
 }
 
@@ -252,10 +498,13 @@ static collResult_t shm_listen(void *vctx, void *handle, struct coll_conn **lis_
     }
     lis->ctx = ctx;
     lis->lfd = fd;
+    memcpy(lis->name, h.name, sizeof(lis->name));
+    lis->pid = getpid();
     lis->base.tp = &coll_shm_transport;
     lis->base.peer = -1;
     lis->base.nfds = 1;
     lis->base.fds[0] = fd;
+    shm_local_add_listener(lis);
     memcpy(handle, &h, sizeof(h));
     COLL_INFO(COLL_SUBSYS_SHM, "listening on @%s", h.name);
     *lis_p = &lis->base;
@@ -267,8 +516,35 @@ static size_t shm_seg_bytes(uint32_t nslots, uint32_t slot_bytes)
     return SHM_CTRL_BYTES + (size_t)nslots * slot_bytes;
 }
 
-/* Fits the ring of this rank's send segments to its share of the host's budget
- * (see the top of the file), once the host's rank count is known. */
+/* Shrinks the ring n x s to fit `room` bytes with its control page: fewer slots
+ * of the same size down to 4, then 4 slots that shrink in steps of 4 KiB, at
+ * last the floor of 2 slots of 4 KiB.  False when even the floor does not fit
+ * (the floor is kept). */
+static bool shm_fit(uint32_t *n_p, uint32_t *s_p, uint64_t room_bytes)
+{
+    uint32_t n = *n_p, s = *s_p;
+    if (shm_seg_bytes(n, s) <= room_bytes)
+        return true;
+    uint64_t room = room_bytes > SHM_CTRL_BYTES ? room_bytes - SHM_CTRL_BYTES : 0;
+    uint32_t few = n < 4 ? n : 4; /* fewest slots before slots shrink */
+    if (room / s >= few) {
+        n = (uint32_t)(room / s); /* fewer slots of the same size */
+    } else if (room / few >= 2 * SHM_FLOOR_SLOT_BYTES) {
+        n = few;
+        s = (uint32_t)((room / few) & ~(uint64_t)(SHM_FLOOR_SLOT_BYTES - 1));
+    } else {
+        s = SHM_FLOOR_SLOT_BYTES;
+        n = room / s < SHM_FLOOR_SLOTS ? SHM_FLOOR_SLOTS : (uint32_t)(room / s);
+        if (n > few)
+            n = few;
+    }
+    *n_p = n;
+    *s_p = s;
+    return shm_seg_bytes(n, s) <= room_bytes;
+}
+
+/* Fits the ring of this rank's send segments to its share of the budget (see
+ * the top of the file), once the host's rank count is known. */
 static void shm_size_ring(struct shm_ctx *ctx)
 {
     if (ctx->sized)
@@ -278,35 +554,51 @@ static void shm_size_ring(struct shm_ctx *ctx)
     if (local < 2)
         local = 2;
     uint64_t pairs = (uint64_t)local * (uint64_t)(local - 1);
-    uint32_t n = ctx->nslots, s = ctx->slot_bytes;
-    uint64_t full = shm_seg_bytes(n, s);
+    uint64_t full = shm_seg_bytes(ctx->nslots, ctx->slot_bytes);
     uint64_t share = ctx->budget_mb > 0 ? ((uint64_t)ctx->budget_mb << 20) / pairs : UINT64_MAX;
-    if (full > share) {
-        uint64_t room = share > SHM_CTRL_BYTES ? share - SHM_CTRL_BYTES : 0;
-        uint32_t few = n < 4 ? n : 4; /* fewest slots before slots shrink */
-        if (room / s >= few) {
-            n = (uint32_t)(room / s); /* fewer slots of the same size */
-        } else if (room / few >= 2 * SHM_FLOOR_SLOT_BYTES) {
-            n = few;
-            s = (uint32_t)((room / few) & ~(uint64_t)(SHM_FLOOR_SLOT_BYTES - 1));
-        } else {
-            s = SHM_FLOOR_SLOT_BYTES;
-            n = room / s < SHM_FLOOR_SLOTS ? SHM_FLOOR_SLOTS : (uint32_t)(room / s);
-            if (n > few)
-                n = few;
-        }
-        if (shm_seg_bytes(n, s) > share)
-            COLL_WARN("shm: COLL_SHM_BUDGET_MB=%lld cannot hold a ring for each of the %llu "
-                      "pairs of the %d ranks on this host; each takes the floor of %u slots of "
-                      "%u KiB (%llu MiB if every pair talks)", (long long)ctx->budget_mb,
-                      (unsigned long long)pairs, local, n, s / 1024,
-                      (unsigned long long)((shm_seg_bytes(n, s) * pairs) >> 20));
-        ctx->nslots = n;
-        ctx->slot_bytes = s;
-    }
+    if (!shm_fit(&ctx->nslots, &ctx->slot_bytes, share))
+        COLL_WARN("shm: COLL_SHM_BUDGET_MB=%lld cannot hold a ring for each of the %llu "
+                  "pairs of the %d ranks on this host; each takes the floor of %u slots of "
+                  "%u KiB (%llu MiB if every pair talks)", (long long)ctx->budget_mb,
+                  (unsigned long long)pairs, local, ctx->nslots, ctx->slot_bytes / 1024,
+                  (unsigned long long)((shm_seg_bytes(ctx->nslots, ctx->slot_bytes) * pairs) >>
+                                       20));
     COLL_INFO(COLL_SUBSYS_SHM, "%d rank(s) on this host, budget %lld MiB: rings of %u slots of "
               "%u KiB per peer%s", local, (long long)ctx->budget_mb, ctx->nslots,
               ctx->slot_bytes / 1024, full > share ? " (shrunk to the budget's share)" : "");
+}
+
+/* The ring of the next send segment: the communicator's share, shrunk to what
+ * the host's ledger has left of the budget.  *ledgered_p: the segment is in the
+ * ledger (released when it is unmapped). */
+static void shm_reserve_ring(struct shm_ctx *ctx, int peer, uint32_t *n_p, uint32_t *s_p,
+                             bool *ledgered_p)
+{
+    static _Atomic bool warned;
+    shm_size_ring(ctx);
+    uint32_t n = ctx->nslots, s = ctx->slot_bytes;
+    *ledgered_p = false;
+    if (ctx->budget_mb > 0) {
+        uint64_t budget = (uint64_t)ctx->budget_mb << 20;
+        uint64_t used = coll_shm_ledger_begin(budget, shm_seg_bytes(n, s), ledgered_p);
+        if (*ledgered_p) {
+            uint64_t left = used < budget ? budget - used : 0;
+            if (shm_seg_bytes(n, s) > left) {
+                if (!shm_fit(&n, &s, left) && !atomic_exchange(&warned, true))
+                    COLL_WARN("shm: the host's rings already take %llu MiB of "
+                              "COLL_SHM_BUDGET_MB=%lld (every communicator and process of "
+                              "this user); new rings take the floor of %u slots of %u KiB",
+                              (unsigned long long)(used >> 20), (long long)ctx->budget_mb, n,
+                              s / 1024);
+                COLL_INFO(COLL_SUBSYS_SHM, "ring to rank %d: %u slots of %u KiB, what the "
+                          "host's budget has left (%llu KiB)", peer, n, s / 1024,
+                          (unsigned long long)(left >> 10));
+            }
+            coll_shm_ledger_end(shm_seg_bytes(n, s));
+        }
+    }
+    *n_p = n;
+    *s_p = s;
 }
 
 /* For a failure for want of descriptors, what to do about it; "" otherwise. */
@@ -316,16 +608,20 @@ static const char *shm_nofile_hint(int err, char *buf, size_t len)
     if (err != EMFILE || getrlimit(RLIMIT_NOFILE, &rl) != 0)
         return "";
     snprintf(buf, len, " (this process has used up its open files limit, RLIMIT_NOFILE = "
-             "%llu: every pair of ranks on a host that talks holds a descriptor per "
-             "direction; raise the hard limit, ulimit -Hn)", (unsigned long long)rl.rlim_cur);
+             "%llu: each rank holds a few, and one per direction for every peer in another "
+             "process on this host that it talks to; raise the hard limit, ulimit -Hn)",
+             (unsigned long long)rl.rlim_cur);
     return buf;
 }
 
 static uint64_t shm_arrived(struct coll_slot_ring *r);
 static void shm_freed(struct coll_slot_ring *r);
 
+/* A connection over seg; fd is its socket, or with bells (in-process) -1 and
+ * the bells' references, which the connection takes over. */
 static collResult_t shm_conn_new(struct shm_ctx *ctx, int peer, bool is_send, int fd, void *seg,
-                                 size_t seg_bytes, struct coll_conn **conn_p)
+                                 size_t seg_bytes, struct shm_bell *own, struct shm_bell *peer_bell,
+                                 struct coll_conn **conn_p)
 {
     struct shm_conn *c;
     COLL_CHECK(coll_calloc(&c, 1));
@@ -341,9 +637,12 @@ static collResult_t shm_conn_new(struct shm_ctx *ctx, int peer, bool is_send, in
     c->base.tp = &coll_shm_transport;
     c->base.peer = peer;
     c->base.is_send = is_send;
-    c->base.poll_in = true; /* wake-up bytes arrive on the socket in both directions */
+    c->base.poll_in = true; /* wake-ups arrive on the socket (the bell) in both directions */
     c->base.nfds = 1;
-    c->base.fds[0] = fd;
+    c->base.fds[0] = own != NULL ? own->fd : fd;
+    c->local = own != NULL;
+    c->own = own;
+    c->peer_bell = peer_bell;
     *conn_p = &c->base;
     return collSuccess;
 }
@@ -361,8 +660,10 @@ static collResult_t shm_connect(void *vctx, const void *handle, int peer,
         coll_tp_error(env, "shm: rank %d published no usable shm handle", peer);
         return collInternalError;
     }
-    shm_size_ring(ctx);
-    size_t seg_bytes = shm_seg_bytes(ctx->nslots, ctx->slot_bytes);
+    uint32_t nslots, slot_bytes;
+    bool ledgered;
+    shm_reserve_ring(ctx, peer, &nslots, &slot_bytes, &ledgered);
+    size_t seg_bytes = shm_seg_bytes(nslots, slot_bytes);
     int mfd;
     void *seg;
     const char *step;
@@ -377,12 +678,27 @@ static collResult_t shm_connect(void *vctx, const void *handle, int peer,
             coll_tp_error(env, "shm: %s of %zu bytes for rank %d failed: %s%s", step,
                            seg_bytes, peer, strerror(err),
                            shm_nofile_hint(err, hint, sizeof(hint)));
+        if (ledgered)
+            coll_shm_ledger_release(seg_bytes);
         return collSystemError;
     }
     struct shm_ctrl *ctrl = seg;
-    ctrl->nslots = ctx->nslots;
-    ctrl->slot_bytes = ctx->slot_bytes;
+    ctrl->nslots = nslots;
+    ctrl->slot_bytes = slot_bytes;
 
+    uint64_t link = 0;
+    struct shm_bell *own = NULL, *peer_bell = NULL;
+    if (shm_local_link(ctx, h.name, &link, &own, &peer_bell) < 0) {
+        err = errno;
+        coll_tp_error(env, "shm: cannot make the wake-up descriptor (eventfd) of a connection "
+                      "to rank %d: %s%s", peer, strerror(err),
+                      shm_nofile_hint(err, hint, sizeof(hint)));
+        close(mfd);
+        munmap(seg, seg_bytes);
+        if (ledgered)
+            coll_shm_ledger_release(seg_bytes);
+        return collSystemError;
+    }
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     struct sockaddr_un sa;
     socklen_t len = shm_sockaddr(h.name, &sa);
@@ -394,8 +710,8 @@ static collResult_t shm_connect(void *vctx, const void *handle, int peer,
         res = collRemoteError;
     } else {
         struct shm_hello hello = {.magic = SHM_MAGIC, .rank = env->rank,
-                                  .nslots = ctx->nslots, .slot_bytes = ctx->slot_bytes,
-                                  .seg_bytes = seg_bytes};
+                                  .nslots = nslots, .slot_bytes = slot_bytes,
+                                  .seg_bytes = seg_bytes, .link = link};
         memcpy(hello.secret, env->secret, COLL_SECRET_BYTES);
         struct iovec iov = {.iov_base = &hello, .iov_len = sizeof(hello)};
         union {
@@ -416,18 +732,36 @@ static collResult_t shm_connect(void *vctx, const void *handle, int peer,
         }
     }
     close(mfd);
-    if (res == collSuccess) {
+    if (res == collSuccess && own != NULL) {
+        /* In-process: the hello stays readable after the close, and the bells
+         * take the socket's place. */
+        close(fd);
+        fd = -1;
+    } else if (res == collSuccess) {
         int fl = fcntl(fd, F_GETFL);
         (void)fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-        res = shm_conn_new(ctx, peer, true, fd, seg, seg_bytes, conn_p);
+    }
+    if (res == collSuccess)
+        res = shm_conn_new(ctx, peer, true, fd, seg, seg_bytes, own, peer_bell, conn_p);
+    if (res == collSuccess) {
+        struct shm_conn *c = coll_container_of(*conn_p, struct shm_conn, base);
+        c->link = own != NULL ? link : 0;
+        c->ledgered = ledgered;
     }
     if (res != collSuccess) {
         if (fd >= 0)
             close(fd);
         munmap(seg, seg_bytes);
+        if (ledgered)
+            coll_shm_ledger_release(seg_bytes);
+        if (own != NULL) {
+            shm_local_drop(link, NULL);
+            shm_local_unref2(own, peer_bell);
+        }
         return res;
     }
-    COLL_INFO(COLL_SUBSYS_SHM, "connected to rank %d: %zu KiB segment", peer, seg_bytes / 1024);
+    COLL_INFO(COLL_SUBSYS_SHM, "connected to rank %d: %zu KiB segment%s", peer, seg_bytes / 1024,
+              own != NULL ? ", in this process" : "");
     return collSuccess;
 }
 
@@ -444,7 +778,7 @@ static void shm_listener_update_fds(struct shm_listener *lis)
  * arrived yet, -1 when the socket is to be dropped, -2 when the memfd could not
  * be received for want of descriptors (the hello was whole, its fd was not). */
 static int shm_read_hello(struct shm_listener *lis, int fd, int *rank_p, void **seg_p,
-                          size_t *bytes_p)
+                          size_t *bytes_p, uint64_t *link_p)
 {
     const struct coll_tp_env *env = lis->ctx->env;
     struct shm_hello hello;
@@ -458,6 +792,7 @@ static int shm_read_hello(struct shm_listener *lis, int fd, int *rank_p, void **
     ssize_t r = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (r < 0 && (errno == EAGAIN || errno == EINTR))
         return 0;
+    *link_p = r == (ssize_t)sizeof(hello) ? hello.link : 0; /* refused too: its sender is told */
     int mfd = -1;
     for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); r > 0 && cm; cm = CMSG_NXTHDR(&msg, cm))
         if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
@@ -502,14 +837,88 @@ static int shm_read_hello(struct shm_listener *lis, int fd, int *rank_p, void **
     return 1;
 }
 
+/* Reads the hello on pending socket i.  True when *res_p is set: a new
+ * connection in *conn_p, or an error; false when no hello has arrived, or it
+ * was refused (the socket is dropped then). */
+static bool shm_take_hello(struct shm_listener *lis, int i, struct coll_conn **conn_p,
+                           collResult_t *res_p)
+{
+    const struct coll_tp_env *env = lis->ctx->env;
+    char hint[256];
+    int fd = lis->pend[i].fd, rank;
+    void *seg;
+    size_t bytes;
+    uint64_t link = 0;
+    int got = shm_read_hello(lis, fd, &rank, &seg, &bytes, &link);
+    if (got == 0)
+        return false;
+    if (got == -2) {
+        coll_tp_error(env, "shm: cannot receive a peer's segment: %s%s", strerror(EMFILE),
+                      shm_nofile_hint(EMFILE, hint, sizeof(hint)));
+        *res_p = collSystemError;
+        return true;
+    }
+    lis->pend[i] = lis->pend[--lis->npend];
+    shm_listener_update_fds(lis);
+    if (got < 0) {
+        close(fd);
+        if (link != 0)
+            shm_local_drop(link, lis);
+        return false;
+    }
+    struct shm_bell *own = NULL, *peer_bell = NULL;
+    if (link != 0) {
+        /* A sender in this process: its side comes from the link, and the socket
+         * has done its work. */
+        close(fd);
+        fd = -1;
+        int took = shm_local_take(lis, link, seg, &own, &peer_bell);
+        if (took < 0) {
+            int err = errno ? errno : ENOMEM;
+            coll_tp_error(env, "shm: cannot make the wake-up descriptor (eventfd) of a "
+                          "connection from rank %d: %s%s", rank, strerror(err),
+                          shm_nofile_hint(err, hint, sizeof(hint)));
+            munmap(seg, bytes);
+            *res_p = collSystemError;
+            return true;
+        }
+        if (took == 0) {
+            COLL_WARN("shm: refused a connection from rank %d: it names an in-process link "
+                      "this process does not have", rank);
+            munmap(seg, bytes);
+            return false;
+        }
+    }
+    COLL_INFO(COLL_SUBSYS_SHM, "accepted rank %d: %zu KiB segment%s", rank, bytes / 1024,
+              own != NULL ? ", in this process" : "");
+    *res_p = shm_conn_new(lis->ctx, rank, false, fd, seg, bytes, own, peer_bell, conn_p);
+    if (*res_p != collSuccess) {
+        munmap(seg, bytes);
+        if (fd >= 0)
+            close(fd);
+        if (own != NULL)
+            shm_local_unref2(own, peer_bell);
+    }
+    return true;
+}
+
 static collResult_t shm_accept(struct coll_conn *lbase, struct coll_conn **conn_p)
 {
     struct shm_listener *lis = coll_container_of(lbase, struct shm_listener, base);
     *conn_p = NULL;
     const struct coll_tp_env *env = lis->ctx->env;
     char hint[256];
-    /* Room for a hello from every rank at once (a star's root, an all-to-all):
-     * a connection dropped here fails its sender.  Past that, strangers go. */
+    collResult_t res;
+    /* Hellos that arrived on sockets accepted before first. */
+    for (int i = lis->npend - 1; i >= 0; i--)
+        if (shm_take_hello(lis, i, conn_p, &res))
+            return res;
+    /* Then one socket at a time, its hello read at once: a sender writes it as
+     * soon as it is connected, so only hellos still in flight keep a socket here
+     * (taking every waiting sender first held one per sender: with 96 ranks as
+     * threads, thousands at once).  Room for a hello from every rank at once (a
+     * star's root, an all-to-all): a connection dropped here fails its sender.
+     * Past that, strangers go. */
     int most = 2 * env->nranks > SHM_MIN_PENDING ? 2 * env->nranks : SHM_MIN_PENDING;
     for (;;) {
         int fd = accept4(lis->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -535,32 +944,8 @@ static collResult_t shm_accept(struct coll_conn *lbase, struct coll_conn **conn_
             continue;
         }
         lis->pend[lis->npend++].fd = fd;
-    }
-    for (int i = lis->npend - 1; i >= 0; i--) {
-        int fd = lis->pend[i].fd, rank;
-        void *seg;
-        size_t bytes;
-        int got = shm_read_hello(lis, fd, &rank, &seg, &bytes);
-        if (got == 0)
-            continue;
-        if (got == -2) {
-            coll_tp_error(env, "shm: cannot receive a peer's segment: %s%s",
-                           strerror(EMFILE), shm_nofile_hint(EMFILE, hint, sizeof(hint)));
-            return collSystemError;
-        }
-        lis->pend[i] = lis->pend[--lis->npend];
-        if (got < 0) {
-            close(fd);
-            continue;
-        }
-        shm_listener_update_fds(lis);
-        COLL_INFO(COLL_SUBSYS_SHM, "accepted rank %d: %zu KiB segment", rank, bytes / 1024);
-        collResult_t res = shm_conn_new(lis->ctx, rank, false, fd, seg, bytes, conn_p);
-        if (res != collSuccess) {
-            munmap(seg, bytes);
-            close(fd);
-        }
-        return res;
+        if (shm_take_hello(lis, lis->npend - 1, conn_p, &res))
+            return res;
     }
     shm_listener_update_fds(lis);
     return collSuccess;
@@ -571,23 +956,38 @@ static void shm_wake(struct shm_conn *c, _Atomic uint32_t *flag)
 {
     if (atomic_load(flag) && atomic_exchange(flag, 0)) {
         char b = 1;
-        (void)send(c->base.fds[0], &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (c->local)
+            shm_bell_ring(c->peer_bell);
+        else
+            (void)send(c->base.fds[0], &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     }
 }
 
-/* Reads the wake-up bytes; notes a closed socket. */
-static void shm_drain(struct shm_conn *c)
+/* Reads the wake-up bytes (the bell's count); notes a closed socket (the
+ * peer's closed flag).  Returns whether anything was read. */
+static bool shm_drain(struct shm_conn *c)
 {
+    if (c->local) {
+        uint64_t v;
+        bool rang = read(c->base.fds[0], &v, sizeof(v)) == (ssize_t)sizeof(v);
+        shm_local_check(c);
+        if (atomic_load(&c->ctrl->closed[c->base.is_send ? 1 : 0]))
+            c->peer_gone = true;
+        return rang;
+    }
     char buf[64];
+    bool got = false;
     for (;;) {
         ssize_t r = recv(c->base.fds[0], buf, sizeof(buf), MSG_DONTWAIT);
-        if (r > 0)
+        if (r > 0) {
+            got = true;
             continue;
+        }
         if (r == 0 || (r < 0 && errno != EAGAIN && errno != EINTR))
             c->peer_gone = true;
         if (r < 0 && errno == EINTR)
             continue;
-        return;
+        return got;
     }
 }
 
@@ -748,7 +1148,8 @@ static bool shm_wait_prepare(struct coll_req *rbase)
 {
     struct shm_conn *c = coll_container_of(rbase->conn, struct shm_conn, base);
     struct shm_ctrl *ctrl = c->ctrl;
-    shm_drain(c);
+    if (shm_drain(c) && c->local)
+        return true; /* the ring may have been another connection's (see the top) */
     if (c->peer_gone || atomic_load(&c->shut))
         return true; /* test() reports it */
     if (c->base.is_send) {
@@ -796,11 +1197,25 @@ static void shm_recv_release(struct coll_conn *base)
     coll_slot_ring_unpeek(&c->rx);
 }
 
+/* In-process: tells the peer this side is done, as a socket's close would. */
+static void shm_local_close(struct shm_conn *c)
+{
+    atomic_store(&c->ctrl->closed[c->base.is_send ? 0 : 1], 1);
+    shm_bell_ring(c->peer_bell);
+}
+
 static void shm_shutdown(struct coll_conn *base)
 {
     if (base->peer >= 0) {
         struct shm_conn *c = coll_container_of(base, struct shm_conn, base);
         atomic_store(&c->shut, true);
+        if (c->local) {
+            /* The bell is shared: a shutdown of the descriptor would end the
+             * context's other connections too. */
+            shm_local_close(c);
+            shm_bell_ring(c->own); /* a wait on this connection in another thread */
+            return;
+        }
     }
     for (int i = 0; i < base->nfds; i++)
         (void)shutdown(base->fds[i], SHUT_RDWR);
@@ -812,6 +1227,7 @@ static collResult_t shm_close(struct coll_conn *base)
         return collSuccess;
     if (base->peer < 0) {
         struct shm_listener *lis = coll_container_of(base, struct shm_listener, base);
+        shm_local_remove_listener(lis);
         close(lis->lfd);
         for (int i = 0; i < lis->npend; i++)
             close(lis->pend[i].fd);
@@ -820,8 +1236,15 @@ static collResult_t shm_close(struct coll_conn *base)
         return collSuccess;
     }
     struct shm_conn *c = coll_container_of(base, struct shm_conn, base);
+    if (c->local) {
+        shm_local_close(c);
+        shm_local_unref2(c->own, c->peer_bell);
+    } else {
+        close(base->fds[0]);
+    }
     munmap(c->ctrl, c->seg_bytes);
-    close(base->fds[0]);
+    if (c->ledgered)
+        coll_shm_ledger_release(c->seg_bytes);
     free(c);
     return collSuccess;
 }
