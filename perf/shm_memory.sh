@@ -12,8 +12,8 @@
 #                includes the perf tool's 3 buffers of ranks x per-peer bytes
 #   ring         the geometry the library chose (its INFO line)
 # With -p the ranks are processes under collrun (RssShmem and VmHWM then count a
-# page once per process that maps it), else threads of one process (-t); 128 threads
-# hold ~33 000 descriptors, so a hard RLIMIT_NOFILE below that fails that row.
+# page once per process that maps it), else threads of one process (-t; they share
+# bells, so 128 threads hold under 2048 descriptors).
 # Usage: perf/shm_memory.sh [-p] [-s BYTES_PER_PEER] [-n "8 16 32 ..."] [BUILD_DIR]
 set -u
 procs=0
