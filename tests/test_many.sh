@@ -7,8 +7,9 @@
 # COLL_SPIN_US=0 so that every wait blocks in poll().  Also the smallest ring:
 # COLL_SHM_BUDGET_MB=1 puts 12 ranks on the floor of 2 slots of 4 KiB.
 # Usage: test_many.sh quick|full COLLRUN ALLTOALL_PERF ALLREDUCE_PERF
-#   quick: threads with small messages, the floor, 128 threads (the default suite)
-#   full:  up to 256 KiB per peer as 96 threads and as 96 processes (slow_tests)
+#   quick: threads with small messages, the floor, the descriptor limit (default suite)
+#   full:  up to 256 KiB per peer as 96 threads and as 96 processes, 128 KiB as
+#          128 threads (slow_tests)
 # Message sizes: the perf tools hold 3 buffers of the whole size per rank, so 1 MiB
 # per peer would take 3 x 96 MiB x 96 ranks = 27 GiB; 256 KiB per peer (24 MiB
 # buffers, 7 GiB in all) already spans 2.7 rings of 96 ranks (4 x 24 KiB).
