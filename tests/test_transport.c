@@ -24,7 +24,8 @@
  *             accept within 5 s: the right peer, directions, tp, 0-16 fds; then
  *             NULL again.  A handshake with another communicator's secret is
  *             dropped: accept never hands it out, the stranger's 16 MiB send fails
- *             instead of completing or hanging, and a good peer still gets in
+ *             instead of completing or hanging, and a good peer still gets in; a
+ *             16 MiB send to a listener closed before it read the hello fails too
  *   sizes     0 B to 4 MiB (around every power of two from 64 B, the slot, part
  *             and ring sizes of the transports here, and odd sizes) both ways at
  *             once, receive posted before or after the send; every byte checked,
@@ -668,6 +669,28 @@ static void case_connect(void)
         CHECK(tp->close(rcv) == collSuccess);
     side_close(&x[0]);
     sides_close(2, s);
+
+    /* A listener gone before it read the hello (its communicator destroyed):
+     * the connection's send fails within 10 s, as to a stranger. */
+    struct side t[2];
+    sides_open(2, t);
+    side_arm(&t[1], 10000);
+    struct coll_conn *orphan = NULL;
+    res = tp->connect(t[1].ctx, t[0].handle, 0, &orphan);
+    side_close(&t[0]);
+    if (res == collSuccess && orphan != NULL) {
+        struct op o;
+        op_send(&o, orphan, BIG, 9);
+        op_post(&o);
+        double t0 = now_s();
+        while (op_pending(&o) && now_s() - t0 < 10.0)
+            drive(&o, 1, 50, 10, NULL);
+        CHECK_MSG(o.res != collSuccess, "a %u B send to a listener closed before it read the "
+                  "hello %s", BIG, o.done ? "completed" : "neither completed nor failed in 10 s");
+        op_free(&o);
+        CHECK(tp->close(orphan) == collSuccess);
+    }
+    side_close(&t[1]);
 }
 
 static const size_t sizes[] = {
