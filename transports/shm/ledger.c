@@ -29,6 +29,7 @@
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
@@ -59,6 +60,7 @@ static struct {
     struct ledger_file *f;
     struct ledger_entry *mine;
     bool failed;              /* could not attach: no ledger in this process */
+    time_t strict_at;         /* when ledger_sum last read /proc (seconds) */
 } ledger = {.lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1};
 
 /* Field 22 of /proc/PID/stat: when the process started, in clock ticks; 0 when
@@ -86,13 +88,14 @@ static uint64_t ledger_start_time(pid_t pid)
     return start;
 }
 
-/* Whether the entry's process still runs (and is the one that wrote it). */
-static bool ledger_alive(const struct ledger_entry *e)
+/* Whether the entry's process still runs; with `strict`, also that it is the
+ * one that wrote the entry (not a reused pid: a read of /proc/PID/stat). */
+static bool ledger_alive(const struct ledger_entry *e, bool strict)
 {
     pid_t pid = atomic_load(&e->pid);
     if (pid <= 0 || (kill(pid, 0) != 0 && errno == ESRCH))
         return false;
-    return e->start == 0 || ledger_start_time(pid) == e->start;
+    return !strict || e->start == 0 || ledger_start_time(pid) == e->start;
 }
 
 /* Opens and maps the ledger and takes an entry; under ledger.lock. */
@@ -147,7 +150,7 @@ static bool ledger_attach(void)
     struct ledger_entry *mine = NULL;
     for (uint32_t i = 0; i < LEDGER_ENTRIES && mine == NULL; i++) {
         struct ledger_entry *e = &f->e[i];
-        if (i < f->high && atomic_load(&e->pid) != 0 && ledger_alive(e))
+        if (i < f->high && atomic_load(&e->pid) != 0 && ledger_alive(e, true))
             continue;
         mine = e;
         if (i >= f->high)
@@ -174,14 +177,16 @@ static bool ledger_attach(void)
     return true;
 }
 
-static uint64_t ledger_sum(bool check)
+/* The bytes of the entries; check 1 first clears those whose pid is gone, 2
+ * also those whose pid was reused. */
+static uint64_t ledger_sum(int check)
 {
     uint64_t sum = 0;
     for (uint32_t i = 0; i < ledger.f->high && i < LEDGER_ENTRIES; i++) {
         struct ledger_entry *e = &ledger.f->e[i];
         if (atomic_load(&e->pid) == 0)
             continue;
-        if (check && e != ledger.mine && !ledger_alive(e)) {
+        if (check > 0 && e != ledger.mine && !ledger_alive(e, check > 1)) {
             atomic_store(&e->bytes, 0);
             atomic_store(&e->pid, 0);
             continue;
@@ -200,10 +205,19 @@ uint64_t coll_shm_ledger_begin(uint64_t budget, uint64_t want, bool *ok_p)
         return 0;
     }
     *ok_p = true;
-    /* Dead processes' entries are cleared only when they would matter. */
-    uint64_t sum = ledger_sum(false);
+    /* Dead processes' entries are cleared only when they would matter, the
+     * cheap look (a signal 0 per entry) before the reads of /proc. */
+    uint64_t sum = ledger_sum(0);
     if (sum + want > budget)
-        sum = ledger_sum(true);
+        sum = ledger_sum(1);
+    /* Reused pids are rare: a host held at its budget looks for them once a
+     * second at most, not at every segment. */
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    if (sum + want > budget && ts.tv_sec != ledger.strict_at) {
+        ledger.strict_at = ts.tv_sec;
+        sum = ledger_sum(2);
+    }
     return sum;
 }
 

@@ -69,6 +69,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,7 +78,6 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <pthread.h>
 #include <sys/eventfd.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -330,19 +330,25 @@ static int shm_local_take(struct shm_listener *lis, uint64_t id, struct shm_ctrl
     return ok;
 }
 
+/* Takes *pl out of the list untaken and rings its sender: a link gone untaken
+ * is a peer gone (shm_local_check).  Under shm_local.lock. */
+static void shm_link_drop(struct shm_link **pl)
+{
+    struct shm_link *l = *pl;
+    *pl = l->next;
+    shm_bell_ring(l->bell);
+    shm_bell_unref(l->bell);
+    free(l);
+}
+
 /* Drops the link `id` if it is addressed to `to` (any listener: NULL): the
- * sender failed after making it, or the receiver refused its hello.  Its sender
- * is rung: a link gone untaken is a peer gone (shm_local_check). */
+ * sender failed after making it, or the receiver refused its hello. */
 static void shm_local_drop(uint64_t id, const struct shm_listener *to)
 {
     pthread_mutex_lock(&shm_local.lock);
     for (struct shm_link **pl = &shm_local.links; *pl != NULL; pl = &(*pl)->next)
         if ((*pl)->id == id && (to == NULL || (*pl)->to == to)) {
-            struct shm_link *l = *pl;
-            *pl = l->next;
-            shm_bell_ring(l->bell);
-            shm_bell_unref(l->bell);
-            free(l);
+            shm_link_drop(pl);
             break;
         }
     pthread_mutex_unlock(&shm_local.lock);
@@ -355,6 +361,10 @@ static void shm_local_check(struct shm_conn *c)
 {
     if (c->link == 0)
         return;
+    if (atomic_load(&c->ctrl->taken)) { /* the usual end: no lock */
+        c->link = 0;
+        return;
+    }
     bool present = false;
     pthread_mutex_lock(&shm_local.lock);
     bool taken = atomic_load(&c->ctrl->taken) != 0;
@@ -384,17 +394,11 @@ static void shm_local_remove_listener(struct shm_listener *lis)
             *p = lis->next;
             break;
         }
-    for (struct shm_link **pl = &shm_local.links; *pl != NULL;) {
-        struct shm_link *l = *pl;
-        if (l->to != lis) {
-            pl = &l->next;
-            continue;
-        }
-        *pl = l->next;
-        shm_bell_ring(l->bell);
-        shm_bell_unref(l->bell);
-        free(l);
-    }
+    for (struct shm_link **pl = &shm_local.links; *pl != NULL;)
+        if ((*pl)->to == lis)
+            shm_link_drop(pl);
+        else
+            pl = &(*pl)->next;
     pthread_mutex_unlock(&shm_local.lock);
 }
 
