@@ -31,6 +31,10 @@ struct coll_algo {
      * planner's model are (collective: every rank calls it), and released. */
     collResult_t (*comm_init)(struct coll_comm *comm);
     void (*comm_fini)(struct coll_comm *comm);
+    /* Its calls share state of the comm beyond their connections (the direct
+     * allreduce's segments): with other calls in flight on a stream, one runs
+     * only once every earlier one is over (lib/engine/fiber.h). */
+    bool exclusive;
 };
 
 /* The table (algorithms/table.c): every algorithm, in the order of COLL_ALGO's

@@ -337,4 +337,5 @@ const struct coll_algo coll_algo_direct = {
     .forced = direct_forced,
     .comm_init = direct_comm_init,
     .comm_fini = direct_comm_fini,
+    .exclusive = true,
 };

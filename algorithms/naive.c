@@ -346,7 +346,8 @@ static collResult_t naive_exchange(struct naive_run *x)
                                 res, out_lanes);
         }
     struct coll_sched sched = {.comm = comm, .ops = &naive_ops, .ctx = x, .lanes = x->lanes,
-                               .nlanes = 2 * x->nlinks, .piece_bytes = x->slot_bytes};
+                               .nlanes = 2 * x->nlinks, .piece_bytes = x->slot_bytes,
+                               .last = true};
     res = coll_engine_run(&sched);
 out_lanes:
     free(x->lanes);

@@ -78,6 +78,6 @@ collResult_t coll_pipe_run(struct coll_pipe *p)
         .window = PIPE_SEND_WINDOW, .tag = PIPE_SEND, .reg = p->send_reg,
         .reg_bytes = p->send_reg_bytes};
     struct coll_sched s = {.comm = p->comm, .ops = p->consume ? &pipe_ops_consume : &pipe_ops, .ctx = &x, .lanes = x.lane,
-                           .nlanes = 2, .piece_bytes = p->piece_bytes};
+                           .nlanes = 2, .piece_bytes = p->piece_bytes, .last = p->last};
     return coll_engine_run(&s);
 }

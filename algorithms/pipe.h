@@ -32,6 +32,7 @@ struct coll_pipe {
     size_t recv_lag;
     size_t window;               /* receives in flight, <= COLL_PIPE_MAX_WINDOW */
     size_t piece_bytes;          /* largest piece, for the waiting policy */
+    bool last;                   /* the call's last schedule (coll_sched.last) */
     void *ctx;
     void (*send_buf)(void *ctx, size_t i, const void **p, size_t *bytes);
     void (*recv_buf)(void *ctx, size_t i, void **p, size_t *bytes);

@@ -202,7 +202,7 @@ static size_t ring_slice_elems(const struct coll_comm *comm, size_t esize)
  * buffer that pieces are sent from and land in as they are (pipe.h). */
 static collResult_t ring_run(struct ring_ctx *x, int nsteps, void *reg, size_t reg_bytes)
 {
-    struct coll_pipe p = {.comm = x->comm, .total = (size_t)nsteps * x->K,
+    struct coll_pipe p = {.last = true, .comm = x->comm, .total = (size_t)nsteps * x->K,
                           .send_after_recv = true, .send_lag = x->K, .recv_lag = x->K,
                           .window = x->slots ? x->nslots : 8, .ctx = x,
                           .send_buf = ring_send_buf, .recv_buf = ring_recv_buf,
@@ -330,7 +330,8 @@ static collResult_t ring_broadcast(struct coll_comm *comm, const struct coll_arg
         return collSuccess;
     struct chain_ctx x = {.a = a, .esize = esize, .is_root = pos == 0, .n = n};
     x.K = coll_slices(a->count, ring_slice_elems(comm, esize));
-    struct coll_pipe p = {.comm = comm, .total = x.K, .send_after_recv = pos > 0, .send_lag = 0,
+    struct coll_pipe p = {.last = true, .comm = comm, .total = x.K,
+                          .send_after_recv = pos > 0, .send_lag = 0,
                           .window = 8, .ctx = &x, .send_buf = bcast_send_buf,
                           .recv_buf = bcast_recv_buf,
                           .piece_bytes = (a->count + x.K - 1) / x.K * esize,
@@ -398,7 +399,8 @@ static collResult_t ring_reduce(struct coll_comm *comm, const struct coll_args *
     /* A middle rank forwards from the slot it reduced into, so a slot is reused
      * only once its forward send is done (recv_lag); the root frees it as soon
      * as it is reduced. */
-    struct coll_pipe p = {.comm = comm, .total = x.K, .send_after_recv = !x.is_first,
+    struct coll_pipe p = {.last = true, .comm = comm, .total = x.K,
+                          .send_after_recv = !x.is_first,
                           .send_lag = 0, .recv_lag = is_root ? 0 : x.nslots,
                           .window = x.nslots, .ctx = &x, .send_buf = reduce_send_buf,
                           .recv_buf = reduce_recv_buf, .process = reduce_process,

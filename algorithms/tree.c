@@ -377,7 +377,8 @@ static collResult_t tree_execute(struct tree_run *x)
                 COLL_CHECK(coll_transport_get_conn(comm, x->lane[k].peer, x->lane[k].is_send,
                                                    &x->elane[k].conn));
     struct coll_sched sched = {.comm = comm, .ops = &tree_ops, .ctx = x, .lanes = x->elane,
-                               .nlanes = x->nlanes, .piece_bytes = x->slot_bytes};
+                               .nlanes = x->nlanes, .piece_bytes = x->slot_bytes,
+                               .last = true};
     return coll_engine_run(&sched);
 }
 

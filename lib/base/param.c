@@ -108,6 +108,10 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
     [COLL_PARAM_CHECK_MISMATCH] = {"COLL_CHECK_MISMATCH", COLL_PARAM_TYPE_INT, "0",
                                    "1: every collective first checks that all ranks called it "
                                    "with the same operation, count, datatype, op and root"},
+    [COLL_PARAM_STREAM_OVERLAP] = {"COLL_STREAM_OVERLAP", COLL_PARAM_TYPE_INT, "4",
+                                   "collectives of one communicator queued on streams that may "
+                                   "run at once when their buffers are apart (1-8; 1: one after "
+                                   "another)"},
 };
 
 static pthread_once_t param_once = PTHREAD_ONCE_INIT;

@@ -5,6 +5,7 @@
 
 #include "algo.h"
 #include "exec.h"
+#include "fiber.h"
 #include "flight.h"
 #include "internal.h"
 #include "mismatch.h"
@@ -88,6 +89,8 @@ static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
     comm->last_algo_name = algo->name;
     atomic_fetch_add(&comm->busy, 1);
     comm->seq++;
+    if (algo->exclusive || comm->check_mismatch)
+        coll_fiber_exclusive(comm);
     coll_exec_begin(comm, coll_func_name(f));
     bool has_op = f == COLL_FUNC_ALLREDUCE || f == COLL_FUNC_REDUCE ||
                   f == COLL_FUNC_REDUCE_SCATTER;

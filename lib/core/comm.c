@@ -12,6 +12,7 @@
 #include "engine.h"
 #include "exec.h"
 #include "flight.h"
+#include "fiber.h"
 #include "internal.h"
 #include "mismatch.h"
 #include "pattern.h"
@@ -278,6 +279,14 @@ static collResult_t comm_setup(struct coll_comm *comm, const struct coll_id *id)
     COLL_CHECK_GOTO(coll_algo_check_env(comm), res, out);
     COLL_CHECK_GOTO(coll_flight_init(comm), res, out);
     comm->check_mismatch = coll_param_int(COLL_PARAM_CHECK_MISMATCH) != 0;
+    int64_t overlap = coll_param_int(COLL_PARAM_STREAM_OVERLAP);
+    if (overlap < 1 || overlap > COLL_FIBERS_MAX) {
+        coll_set_error(comm, "COLL_STREAM_OVERLAP=%lld is out of range [1, %d]",
+                       (long long)overlap, COLL_FIBERS_MAX);
+        res = collInvalidArgument;
+        goto out;
+    }
+    comm->stream_overlap = (int)overlap;
 
     struct coll_rank_info mine = {.rank = rank, .pid = (int32_t)getpid()};
     mine.host_hash = host_hash(mine.host, sizeof(mine.host));

@@ -14,6 +14,19 @@
  *   allreduce(A, t) ---> [2: t#1] runs after A's #1
  *   sync(s)         waits until s#2 is done, returns the first failure
  *
+ * Collectives of one communicator may run at once (COLL_STREAM_OVERLAP, 4 by
+ * default), each in a fiber of the progress thread (lib/engine/fiber.h), when
+ * their buffers are apart: DDP's buckets overlap, each call's tail with the
+ * next one's head.  The bytes on every connection still go in the order of the
+ * calls, so peers need not overlap alike.  A call starts beside others only if
+ *   - it and every call in flight is one collective (not a group, not a send
+ *     or receive: those run alone),
+ *   - it touches no byte that a call in flight reads or writes,
+ *   - the stream's previous call is on this comm too or is done;
+ * and calls finish, for their streams, in the order issued.  A call that the
+ * next queued one could not run beside runs on the thread's own stack, as
+ * when nothing overlaps: back-to-back calls on one buffer pay nothing.
+ *
  * A call without a stream first waits for its communicator's queue to drain
  * (coll_stream_quiesce), then runs in the calling thread as before.  Nothing
  * waits without a bound: every piece of work runs under the communicator's
@@ -27,6 +40,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fiber.h"
+#include "reduce.h"
+
 struct coll_stream {
     pthread_mutex_t lock;
     pthread_cond_t cond;   /* done reached wake_at */
@@ -36,14 +52,23 @@ struct coll_stream {
                             * Waking only then keeps a synchronize of many calls
                             * from taking a core at every call. */
     collResult_t error;    /* the first failure not yet returned by synchronize */
+    const struct coll_comm *last_comm; /* of the piece issued last */
     struct coll_stream *next;
 };
 
 struct coll_task {
     struct coll_task *next;
+    struct coll_comm *comm;
     struct coll_stream *stream;
     uint64_t seq;          /* in the stream, from 1 */
+    bool after_same_comm;  /* the stream's previous piece is on this comm */
+    bool overlap;          /* one collective: may run beside others */
+    uintptr_t lo[2], hi[2]; /* the byte ranges it reads or writes */
     struct coll_work work;
+    /* The progress thread's. */
+    struct coll_fiber *fiber;
+    collResult_t res;
+    bool ended;
 };
 
 /* A communicator's progress thread and its queue. */
@@ -52,6 +77,11 @@ struct coll_async {
     pthread_mutex_t lock;
     pthread_cond_t cond;   /* queue grew, or pending fell */
     struct coll_task *head, *tail;
+    /* The progress thread's: calls in flight in fibers, oldest first. */
+    struct coll_task *fly[COLL_FIBERS_MAX];
+    int nfly;
+    atomic_int peak;       /* the most in flight so far */
+    _Atomic uint64_t changes; /* calls queued or retired: the queue's head may fit now */
     int pending;           /* queued or running */
     bool stop;             /* end once the queue is empty */
     bool stopped;          /* the thread was joined */
@@ -97,22 +127,30 @@ static void stream_wait_done(struct coll_stream *st, uint64_t target)
     }
 }
 
-/* Runs one piece of work once its stream's earlier pieces are done, then marks
- * it done.  After the stream's lock is released the stream may be destroyed. */
-static void task_run(struct coll_comm *comm, struct coll_task *t)
+/* Runs t's work (on the progress thread's stack or in its fiber). */
+static collResult_t task_exec(struct coll_task *t)
 {
-    struct coll_stream *st = t->stream;
-    pthread_mutex_lock(&st->lock);
-    stream_wait_done(st, t->seq - 1);
-    pthread_mutex_unlock(&st->lock);
-
     /* On a comm poisoned earlier the call fails without running; the cause was
      * logged when it happened. */
-    collResult_t res = (collResult_t)atomic_load(&comm->async_error);
+    collResult_t res = (collResult_t)atomic_load(&t->comm->async_error);
     if (res == collSuccess)
         res = coll_work_run(&t->work);
-    coll_work_free(&t->work);
+    return res;
+}
 
+static void task_fiber_main(void *arg)
+{
+    struct coll_task *t = arg;
+    t->res = task_exec(t);
+    t->ended = true;
+}
+
+/* Marks t done for its stream (its earlier pieces are) and frees it.  After the
+ * stream's lock is released the stream may be destroyed. */
+static void task_retire(struct coll_task *t, collResult_t res)
+{
+    struct coll_stream *st = t->stream;
+    coll_work_free(&t->work);
     pthread_mutex_lock(&st->lock);
     if (res != collSuccess && st->error == collSuccess)
         st->error = res;
@@ -125,29 +163,179 @@ static void task_run(struct coll_comm *comm, struct coll_task *t)
     free(t);
 }
 
+/* Waits until t's stream's earlier pieces are done, when they are not on this
+ * comm's queue ahead of it. */
+static void task_wait_stream(struct coll_task *t)
+{
+    if (t->after_same_comm)
+        return;
+    struct coll_stream *st = t->stream;
+    pthread_mutex_lock(&st->lock);
+    stream_wait_done(st, t->seq - 1);
+    pthread_mutex_unlock(&st->lock);
+}
+
+/* Runs one piece of work alone, on the progress thread's own stack. */
+static void task_run(struct coll_task *t)
+{
+    task_wait_stream(t);
+    task_retire(t, task_exec(t));
+}
+
+/* Whether the byte ranges of a and b meet. */
+static bool task_touch(const struct coll_task *a, const struct coll_task *b)
+{
+    for (int i = 0; i < 2; i++)
+        for (int k = 0; k < 2; k++)
+            if (a->lo[i] < a->hi[i] && b->lo[k] < b->hi[k] && a->lo[i] < b->hi[k] &&
+                b->lo[k] < a->hi[i])
+                return true;
+    return false;
+}
+
+/* Whether t may start now beside the calls in fly[0..nfly) (and `also`, when
+ * not NULL). */
+static bool task_fits(const struct coll_async *as, const struct coll_task *t,
+                      const struct coll_task *also)
+{
+    if (!t->overlap || (also != NULL && (!also->overlap || task_touch(t, also))))
+        return false;
+    for (int i = 0; i < as->nfly; i++)
+        if (!as->fly[i]->overlap || task_touch(t, as->fly[i]))
+            return false;
+    if (!t->after_same_comm) {
+        struct coll_stream *st = t->stream;
+        pthread_mutex_lock(&st->lock);
+        bool ready = st->done + 1 >= t->seq;
+        pthread_mutex_unlock(&st->lock);
+        if (!ready)
+            return false;
+    }
+    return true;
+}
+
+/* Starts t in a fiber; false when none can be had (t is then run alone). */
+static bool task_start_fiber(struct coll_comm *comm, struct coll_task *t)
+{
+    if (coll_fibers_init(comm, comm->stream_overlap) != collSuccess)
+        return false;
+    t->fiber = coll_fiber_new(comm, task_fiber_main, t);
+    if (t->fiber == NULL)
+        return false;
+    struct coll_async *as = comm->async;
+    as->fly[as->nfly++] = t;
+    if (as->nfly > atomic_load_explicit(&as->peak, memory_order_relaxed))
+        atomic_store_explicit(&as->peak, as->nfly, memory_order_relaxed);
+    return true;
+}
+
+/* Resumes each call in flight once, then retires those at the front that have
+ * ended, in the order issued. */
+static void async_round(struct coll_comm *comm)
+{
+    struct coll_async *as = comm->async;
+    for (int i = 0; i < as->nfly; i++)
+        if (!as->fly[i]->ended)
+            (void)coll_fiber_resume(as->fly[i]->fiber);
+    int k = 0;
+    while (k < as->nfly && as->fly[k]->ended) {
+        coll_fiber_free(as->fly[k]->fiber);
+        task_retire(as->fly[k], as->fly[k]->res);
+        k++;
+    }
+    if (k == 0)
+        return;
+    memmove(as->fly, as->fly + k, (size_t)(as->nfly - k) * sizeof(as->fly[0]));
+    as->nfly -= k;
+    atomic_fetch_add_explicit(&as->changes, 1, memory_order_release);
+    pthread_mutex_lock(&as->lock);
+    as->pending -= k;
+    atomic_fetch_sub(&comm->async_pending, k);
+    pthread_cond_broadcast(&as->cond);
+    pthread_mutex_unlock(&as->lock);
+}
+
+/* Takes the queue's head; as->lock held. */
+static struct coll_task *async_pop(struct coll_async *as)
+{
+    struct coll_task *t = as->head;
+    as->head = t->next;
+    if (as->head == NULL)
+        as->tail = NULL;
+    return t;
+}
+
+/* One queued call finished outside a fiber. */
+static void async_done_one(struct coll_comm *comm)
+{
+    struct coll_async *as = comm->async;
+    pthread_mutex_lock(&as->lock);
+    as->pending--;
+    atomic_fetch_sub(&comm->async_pending, 1);
+    pthread_cond_broadcast(&as->cond);
+    pthread_mutex_unlock(&as->lock);
+}
+
+/* With calls in flight: starts the queue's head beside them when it fits.  The
+ * queue is looked at (under its lock) only when it changed or a call retired
+ * since the head last did not fit. */
+static void async_admit(struct coll_comm *comm, int max, uint64_t *seen_p)
+{
+    struct coll_async *as = comm->async;
+    uint64_t now = atomic_load_explicit(&as->changes, memory_order_acquire);
+    if (as->nfly >= max || now == *seen_p)
+        return;
+    pthread_mutex_lock(&as->lock);
+    struct coll_task *t = NULL;
+    if (as->head != NULL && task_fits(as, as->head, NULL))
+        t = async_pop(as);
+    else
+        *seen_p = now;
+    pthread_mutex_unlock(&as->lock);
+    if (t == NULL || task_start_fiber(comm, t))
+        return;
+    /* No fiber: it runs once those in flight are done. */
+    while (as->nfly > 0)
+        async_round(comm);
+    task_run(t);
+    async_done_one(comm);
+}
+
 static void *progress_main(void *arg)
 {
     struct coll_comm *comm = arg;
     struct coll_async *as = comm->async;
     coll_log_set_rank(comm->rank);
-    pthread_mutex_lock(&as->lock);
+    int max = comm->stream_overlap < 1 ? 1 : comm->stream_overlap;
+    uint64_t seen = UINT64_MAX;
     for (;;) {
+        if (as->nfly > 0) {
+            async_admit(comm, max, &seen);
+            async_round(comm);
+            continue;
+        }
+        pthread_mutex_lock(&as->lock);
         while (as->head == NULL && !as->stop)
             pthread_cond_wait(&as->cond, &as->lock);
-        struct coll_task *t = as->head;
-        if (t == NULL)
+        if (as->head == NULL) {
+            pthread_mutex_unlock(&as->lock);
             break; /* stopping, and the queue is empty */
-        as->head = t->next;
-        if (as->head == NULL)
-            as->tail = NULL;
+        }
+        struct coll_task *t = async_pop(as);
+        /* In a fiber only when the next call could run beside it. */
+        bool fiber = max > 1 && as->head != NULL && t->overlap && task_fits(as, as->head, t);
         pthread_mutex_unlock(&as->lock);
-        task_run(comm, t);
-        pthread_mutex_lock(&as->lock);
-        as->pending--;
-        atomic_fetch_sub(&comm->async_pending, 1);
-        pthread_cond_broadcast(&as->cond);
+        if (fiber) {
+            task_wait_stream(t);
+            fiber = task_start_fiber(comm, t);
+        }
+        if (fiber) {
+            seen = UINT64_MAX;
+            continue;
+        }
+        task_run(t);
+        async_done_one(comm);
     }
-    pthread_mutex_unlock(&as->lock);
     return NULL;
 }
 
@@ -174,6 +362,26 @@ static collResult_t async_start(struct coll_comm *comm)
     return collSuccess;
 }
 
+/* Whether t is one collective, and the bytes it reads and writes. */
+static void task_ranges(const struct coll_comm *comm, struct coll_task *t)
+{
+    const struct coll_work *w = &t->work;
+    t->overlap = w->nops == 0 && w->ncolls == 1 && !comm->check_mismatch;
+    if (!t->overlap)
+        return;
+    const struct coll_work_coll *c = &w->colls[0];
+    size_t bytes = c->a.count * coll_dtype_size(c->a.dtype), n = (size_t)comm->nranks;
+    size_t in = bytes, out = bytes;
+    if (c->f == COLL_FUNC_ALLGATHER)
+        out = bytes * n;
+    else if (c->f == COLL_FUNC_REDUCE_SCATTER)
+        in = bytes * n;
+    t->lo[0] = (uintptr_t)c->a.sendbuf;
+    t->hi[0] = c->a.sendbuf != NULL ? t->lo[0] + in : t->lo[0];
+    t->lo[1] = (uintptr_t)c->a.recvbuf;
+    t->hi[1] = c->a.recvbuf != NULL ? t->lo[1] + out : t->lo[1];
+}
+
 collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
                                 struct coll_work *w)
 {
@@ -195,15 +403,21 @@ collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
         coll_work_free(w);
         return res;
     }
+    t->comm = comm;
     t->stream = st;
     t->work = *w;
     *w = (struct coll_work){0};
-    pthread_mutex_lock(&st->lock);
-    t->seq = ++st->issued;
-    pthread_mutex_unlock(&st->lock);
+    task_ranges(comm, t);
 
+    /* The stream's order and the comm's queue agree: both are taken under the
+     * queue's lock. */
     struct coll_async *as = comm->async;
     pthread_mutex_lock(&as->lock);
+    pthread_mutex_lock(&st->lock);
+    t->seq = ++st->issued;
+    t->after_same_comm = st->last_comm == comm;
+    st->last_comm = comm;
+    pthread_mutex_unlock(&st->lock);
     if (as->tail)
         as->tail->next = t;
     else
@@ -211,8 +425,10 @@ collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
     as->tail = t;
     as->pending++;
     atomic_fetch_add(&comm->async_pending, 1);
+    atomic_fetch_add_explicit(&as->changes, 1, memory_order_release);
     pthread_cond_broadcast(&as->cond);
     pthread_mutex_unlock(&as->lock);
+    coll_fibers_arrived(comm); /* a call in flight lets the new one start */
     return collSuccess;
 }
 
@@ -251,12 +467,19 @@ void coll_stream_comm_stop(struct coll_comm *comm)
     as->stopped = true;
 }
 
+int coll_stream_overlap_peak(const struct coll_comm *comm)
+{
+    return comm->async != NULL ? atomic_load_explicit(&comm->async->peak, memory_order_relaxed)
+                               : 0;
+}
+
 void coll_stream_comm_fini(struct coll_comm *comm)
 {
     struct coll_async *as = comm->async;
     if (as == NULL)
         return;
     coll_stream_comm_stop(comm);
+    coll_fibers_fini(comm);
     pthread_cond_destroy(&as->cond);
     pthread_mutex_destroy(&as->lock);
     free(as);

@@ -32,6 +32,9 @@ void coll_comm_leave(struct coll_comm *comm);
  * its progress thread (collCommAbort, before it waits for other threads' calls
  * to leave); then _fini frees what is left (when the comm is freed). */
 void coll_stream_comm_stop(struct coll_comm *comm);
+/* The most calls comm's progress thread had in flight at once so far (0: none
+ * ran in a fiber), for tests. */
+int coll_stream_overlap_peak(const struct coll_comm *comm);
 void coll_stream_comm_fini(struct coll_comm *comm);
 
 #endif

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "exec.h"
+#include "fiber.h"
 #include "regcache.h"
 
 struct coll_engine {
@@ -290,6 +291,24 @@ static bool lane_ready(const struct coll_sched *s, const struct coll_lane *l, si
     return s->ops->ready == NULL || s->ops->ready(s->ctx, l, i);
 }
 
+/* l has posted (or taken) all its pieces: with other calls in flight, a later
+ * one waiting for its connection may go on. */
+static void lane_released(const struct coll_lane *l)
+{
+    if (coll_fibers_many(l->comm))
+        coll_fiber_released(l->comm);
+}
+
+/* Whether l may post on its connection: with other calls in flight, once no
+ * earlier one holds it (fiber.h); that lasts for the rest of the schedule. */
+static bool lane_turn(struct coll_lane *l)
+{
+    if (l->granted || !coll_fibers_many(l->comm))
+        return true;
+    l->granted = coll_fiber_conn_free(l->comm, l->conn, l->lending);
+    return l->granted;
+}
+
 static collResult_t lane_done(struct coll_sched *s, struct coll_lane *l, size_t i, void *buf)
 {
     if (s->ops->done == NULL)
@@ -303,6 +322,8 @@ static collResult_t lane_done(struct coll_sched *s, struct coll_lane *l, size_t 
 /* Takes lent pieces of l while ready; in order, as far as they have arrived. */
 static collResult_t lane_take(struct coll_sched *s, struct coll_lane *l, bool *moved_p)
 {
+    if (!lane_turn(l))
+        return collSuccess;
     while (l->done < l->total && lane_ready(s, l, l->done)) {
         void *buf;
         size_t bytes, len = 0;
@@ -325,6 +346,8 @@ static collResult_t lane_take(struct coll_sched *s, struct coll_lane *l, bool *m
             l->posted = l->done;
             l->lent_off = 0;
             *moved_p = true;
+            if (l->done == l->total)
+                lane_released(l);
             COLL_CHECK(lane_done(s, l, i, buf));
         }
     }
@@ -349,6 +372,8 @@ static collResult_t lane_issue(struct coll_sched *s, struct coll_lane *l, size_t
 static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *moved_p)
 {
     size_t window = lane_window(l);
+    if (!l->deferred && !lane_turn(l))
+        return collSuccess;
     while (l->posted < l->total && l->posted - l->done < window && lane_ready(s, l, l->posted)) {
         size_t i = l->posted, slot = i & l->mask;
         if (l->deferred) {
@@ -367,6 +392,8 @@ static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *m
         COLL_CHECK(lane_issue(s, l, i, l->mh, &sl->buf, &bytes, &sl->req));
         l->posted++;
         *moved_p = true;
+        if (l->posted == l->total)
+            lane_released(l);
     }
     return collSuccess;
 }
@@ -394,6 +421,8 @@ static collResult_t lane_complete(struct coll_sched *s, struct coll_lane *l, boo
         }
         l->done++;
         *moved_p = true;
+        if (l->done == l->total)
+            lane_released(l);
         COLL_CHECK(lane_done(s, l, i, buf));
     }
     return collSuccess;
@@ -651,8 +680,13 @@ static collResult_t engine_run_oneshot(struct coll_sched *s)
 
 collResult_t coll_engine_run(struct coll_sched *s)
 {
-    if (sched_is_oneshot(s))
-        return engine_run_oneshot(s);
+    /* Behind another call in flight, the pieces wait for their connections. */
+    if (sched_is_oneshot(s) && !coll_fiber_behind(s->comm)) {
+        collResult_t res = engine_run_oneshot(s);
+        if (s->last)
+            coll_fiber_last(s->comm, NULL);
+        return res;
+    }
     collResult_t res = collSuccess;
     struct coll_req *stack[ENGINE_STACK_LANES], **pending = stack;
     /* The slots are written before they are read: not cleared. */
@@ -683,6 +717,8 @@ collResult_t coll_engine_run(struct coll_sched *s)
         COLL_CHECK_GOTO(lane_start(s, l), res, out);
         s->multi_comm |= l->comm != s->comm;
     }
+    if (s->last)
+        coll_fiber_last(s->comm, s);
     struct coll_wait w;
     coll_exec_wait_init(s->comm, &w, s->piece_bytes);
     int first_active = 0;
@@ -707,6 +743,10 @@ collResult_t coll_engine_run(struct coll_sched *s)
             }
             if (!moved) {
                 COLL_CHECK_GOTO(coll_exec_idle(wcomm, &w, pending, np), res, out);
+                if (w.rescan) { /* other calls ran: what blocked a lane may be gone */
+                    w.rescan = false;
+                    np = -1;
+                }
                 continue;
             }
             np = -1;
@@ -738,8 +778,14 @@ collResult_t coll_engine_run(struct coll_sched *s)
             continue;
         }
         COLL_CHECK_GOTO(sched_idle(s, &w, pending, &wcomm, &np), res, out);
+        if (w.rescan) {
+            w.rescan = false;
+            np = -1;
+        }
     }
 out:
+    if (s->last)
+        coll_fiber_last(s->comm, NULL);
     for (int k = 0; k < s->nlanes; k++)
         if (s->lanes[k].steps != NULL)
             lane_free_steps(&s->lanes[k]);

@@ -77,6 +77,7 @@ struct coll_lane {
         struct coll_req *req;
     } *slot;
     struct coll_step *steps; /* deferred lanes: mask + 1 */
+    bool granted;            /* no earlier call in flight holds conn (fiber.h) */
     struct coll_req standin; /* what a wait on a lending lane watches */
 };
 
@@ -118,6 +119,10 @@ struct coll_sched {
     struct coll_lane *lanes;
     int nlanes;
     size_t piece_bytes;      /* largest piece, for the waiting policy */
+    /* The call's last schedule: after it starts, the call posts on no
+     * connection but its lanes', so a later call in flight (fiber.h) may use
+     * the others at once, and each of these once its lane has posted all. */
+    bool last;
     bool multi_comm;         /* the engine's: some lane is on another comm */
 };
 

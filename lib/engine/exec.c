@@ -7,6 +7,7 @@
  * noticed; abort and a finished deferred step wake it at once.  No wait is
  * unbounded. */
 #include "exec.h"
+#include "fiber.h"
 
 #include <sched.h>
 #include <stdio.h>
@@ -153,6 +154,7 @@ void coll_exec_wait_init(const struct coll_comm *comm, struct coll_wait *w, size
     w->idle_calls = 0;
     w->steps = 0;
     w->woke_idle = false;
+    w->rescan = false;
     w->spin_ns = comm->oversubscribed && bytes > EXEC_SPIN_MAX_BYTES ? 0 : comm->spin_ns;
 }
 
@@ -250,12 +252,13 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
     /* A rank with a core of its own that waits on shared memory polls again at
      * once: the clock, abort and a yield are looked at every 64th call only. */
     if (w->idle_since != 0 && !comm->oversubscribed && (++w->idle_calls & 63) != 0 &&
-        exec_all_cheap(reqs, nreqs, w->steps)) {
+        !coll_fibers_many(comm) && exec_all_cheap(reqs, nreqs, w->steps)) {
         exec_cpu_relax();
         return collSuccess;
     }
     int64_t now = coll_now_ns();
-    if (w->idle_since == 0) {
+    bool fresh = w->idle_since == 0;
+    if (fresh) {
         w->idle_since = now;
         w->woke_idle = false;
     }
@@ -270,12 +273,28 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         exec_timeout(comm, now, reqs, nreqs, w->steps);
         return collTimeout;
     }
+    /* With other calls in flight: let them run, or wait for them all. */
+    int steps = w->steps;
+    int64_t idle_since = w->idle_since;
+    switch (coll_fiber_idle(comm, fresh, now, &reqs, &nreqs, &steps, &idle_since)) {
+    case COLL_FIBER_RESCAN:
+        w->rescan = true;
+        return collSuccess;
+    case COLL_FIBER_YIELDED:
+        return collSuccess;
+    case COLL_FIBER_UNION: /* the spin counts from the last move of any call */
+        if (idle_since < w->idle_since)
+            idle_since = w->idle_since;
+        break;
+    case COLL_FIBER_ALONE:
+        break;
+    }
     /* Over transports whose test() is a few loads (shared memory) a wait keeps
      * polling longer: blocking and waking cost system calls on both sides. */
     int64_t spin = w->spin_ns;
-    if (comm->spin_cheap_ns > spin && exec_all_cheap(reqs, nreqs, w->steps))
+    if (comm->spin_cheap_ns > spin && exec_all_cheap(reqs, nreqs, steps))
         spin = comm->spin_cheap_ns;
-    if (now - w->idle_since < spin) {
+    if (now - idle_since < spin) {
         if (comm->spin_yield)
             sched_yield();
         return collSuccess;

@@ -13,6 +13,8 @@ struct coll_wait {
     unsigned idle_calls;
     int steps;          /* deferred steps (engine.h) the wait is also for */
     bool woke_idle;     /* the last block woke on a descriptor, and nothing moved since */
+    bool rescan;        /* the wait let other calls in flight run (fiber.h): the
+                         * caller looks at everything again, not only what it waited on */
 };
 
 /* Prepares a wait for pieces of up to `bytes`.  With more ranks than cores, a

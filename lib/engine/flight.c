@@ -128,6 +128,30 @@ void coll_flight_begin(struct coll_comm *comm, const struct coll_flight_desc *d)
     f->moves_seen = f->moves;
 }
 
+void coll_flight_swap(struct coll_comm *comm, struct coll_flight_call *save,
+                      const struct coll_flight_call *load)
+{
+    struct coll_flight *f = comm->flight;
+    if (f == NULL)
+        return;
+    if (save != NULL)
+        *save = (struct coll_flight_call){.cur = f->cur, .hint = f->hint,
+                                          .moves_seen = f->moves_seen,
+                                          .last_move_ns = f->last_move_ns};
+    if (load == NULL) {
+        f->cur = NULL;
+        f->hint = 0;
+        return;
+    }
+    f->cur = load->cur;
+    f->hint = load->hint;
+    f->last_move_ns = load->last_move_ns;
+    /* Completions are counted for the thread, not per call: a call that comes
+     * back sees the others' moves as its own, so it never looks idle longer
+     * than the thread was. */
+    f->moves_seen = load->moves_seen;
+}
+
 void coll_flight_algo(struct coll_comm *comm, const char *algo)
 {
     if (comm->flight != NULL && comm->flight->cur != NULL)

@@ -66,6 +66,19 @@ bool coll_flight_peer_bytes(const struct coll_comm *comm, int peer, uint64_t *se
                             uint64_t *sent_posted_p, uint64_t *recvd_p,
                             uint64_t *recvd_posted_p);
 
+/* The owner's state of one call's open record: several calls in flight on a
+ * progress thread (fiber.h) each keep their own, swapped with their fiber. */
+struct coll_flight_call {
+    void *cur;
+    int hint;
+    uint64_t moves_seen;
+    int64_t last_move_ns;
+};
+/* Saves comm's open-record state into *save (when not NULL), then loads *load
+ * (NULL: no record open). */
+void coll_flight_swap(struct coll_comm *comm, struct coll_flight_call *save,
+                      const struct coll_flight_call *load);
+
 /* Prints the records at WARN, oldest first, one line each, with why ("timeout",
  * "collCommAbort"); only the first call per comm prints (a failure is reported
  * once).  Safe from any thread while the owner runs a call. */

@@ -112,6 +112,13 @@ struct coll_comm {
 
     struct coll_async *async;      /* progress thread for calls on streams (stream.c) */
     atomic_int async_pending;      /* calls queued there and not yet done */
+    /* Calls in flight at once on the progress thread, each in a fiber
+     * (fiber.h): the group, the fibers not ended (the progress thread's), and
+     * the same for other threads to read. */
+    struct coll_fibers *fibers;
+    int stream_overlap;            /* at most this many (COLL_STREAM_OVERLAP) */
+    int fibers_running;
+    atomic_int fibers_running_any;
 
     /* Configuration (collConfig_t) and lifecycle. */
     bool blocking;                 /* false: NULL-stream calls queue on nb_stream */

@@ -17,6 +17,7 @@
 
 #include <string.h>
 
+#include "fiber.h"
 #include "internal.h"
 #include "mem.h"
 
@@ -49,6 +50,7 @@ struct coll_regcache {
     struct reg_user *users;
     uint64_t next_user_id;
     struct coll_regcache_stats st;
+    uint64_t spare_from;         /* coll_regcache_spare_from */
 };
 
 collResult_t coll_regcache_new(size_t max_entries, size_t max_bytes,
@@ -115,6 +117,17 @@ void coll_regcache_free(struct coll_regcache *rc)
     free(rc);
 }
 
+/* Whether e is used by op or by a call still in flight beside it. */
+static bool reg_spared(const struct coll_regcache *rc, const struct reg_entry *e, uint64_t op)
+{
+    return e->op == op || (rc->spare_from != 0 && e->op >= rc->spare_from);
+}
+
+void coll_regcache_spare_from(struct coll_regcache *rc, uint64_t op)
+{
+    rc->spare_from = op;
+}
+
 /* Drops the entries of collMemAlloc regions that were freed, except those the
  * call in progress uses (it cannot have freed them: another thread did, under
  * it); those go at the next look. */
@@ -128,7 +141,7 @@ static void reg_sweep_freed(struct coll_regcache *rc, uint64_t op)
         next = e->next;
         if (e->kind != REG_MEM || coll_mem_live(e->id))
             continue;
-        if (e->op == op) {
+        if (reg_spared(rc, e, op)) {
             kept = true;
             continue;
         }
@@ -146,7 +159,7 @@ static void reg_evict(struct coll_regcache *rc, uint64_t op)
         prev = e->prev;
         if (rc->st.entries <= rc->max_entries && rc->st.bytes <= rc->max_bytes)
             return;
-        if (e->op == op)
+        if (reg_spared(rc, e, op))
             continue;
         reg_drop(rc, e);
         rc->st.evictions++;
@@ -270,5 +283,6 @@ void *coll_reg_handle(struct coll_comm *comm, const struct coll_conn *c, const v
     struct coll_regcache *rc;
     if (ctx == NULL || coll_comm_regcache(comm, &rc) != collSuccess)
         return NULL;
+    coll_regcache_spare_from(rc, coll_fiber_oldest_seq(comm));
     return coll_regcache_get(rc, tp, ctx, buf, len, comm->seq);
 }
