@@ -473,8 +473,9 @@ enum coll_fiber_wait coll_fiber_idle(struct coll_comm *comm, bool fresh, int64_t
     struct coll_fibers *g = comm->fibers;
     if (g == NULL || g->cur == NULL)
         return COLL_FIBER_ALONE;
+    /* Parked calls wait for this one's releases only: alone, it blocks as usual. */
     bool arrived = atomic_exchange(&g->arrived, false);
-    if (comm->fibers_running <= 1 && !arrived)
+    if (comm->fibers_running - g->nparked <= 1 && !arrived)
         return COLL_FIBER_ALONE;
     struct coll_fiber *f = g->cur;
     if (fresh) {
@@ -535,7 +536,7 @@ enum coll_fiber_wait coll_fiber_idle(struct coll_comm *comm, bool fresh, int64_t
 bool coll_fiber_pause(struct coll_comm *comm)
 {
     struct coll_fibers *g = comm->fibers;
-    if (g == NULL || g->cur == NULL || comm->fibers_running <= 1)
+    if (g == NULL || g->cur == NULL || comm->fibers_running - g->nparked <= 1)
         return false;
     struct coll_fiber *f = g->cur;
     f->nreqs = 0;
