@@ -114,6 +114,16 @@ static inline void launch_fatal(const struct launch_rank *lr, const char *fmt, .
     _exit(1);
 }
 
+/* A call that must succeed: anything else ends the process (the ranks could not
+ * stay in step), naming the call, its result and the comm's last error. */
+#define LR_MUST(lr, call, comm)                                                           \
+    do {                                                                                  \
+        collResult_t lr_must_r_ = (call);                                                 \
+        if (lr_must_r_ != collSuccess)                                                    \
+            launch_fatal((lr), "%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,          \
+                         collGetErrorString(lr_must_r_), collGetLastError(comm));         \
+    } while (0)
+
 /*
  * A TCP port on 127.0.0.1 that was free a moment ago: the kernel picks it for a
  * socket bound to port 0, which is then closed.  Another process could take it in

@@ -23,13 +23,7 @@
 
 #include <stdatomic.h>
 
-#define CHECK_OK(lr, call, comm)                                                          \
-    do {                                                                                  \
-        collResult_t r_ = (call);                                                         \
-        if (r_ != collSuccess)                                                            \
-            launch_fatal((lr), "%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,          \
-                         collGetErrorString(r_), collGetLastError(comm));                 \
-    } while (0)
+#define CHECK_OK LR_MUST
 
 /* A fresh id made by rank 0 of comm and broadcast to the others. */
 static void share_id(struct launch_rank *lr, collComm_t comm, collUniqueId *id)

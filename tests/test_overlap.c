@@ -33,13 +33,7 @@
 /* The most calls comm's progress thread had in flight at once (lib/core/stream.h). */
 int coll_stream_overlap_peak(const struct coll_comm *comm);
 
-#define MUST(lr, call, comm)                                                              \
-    do {                                                                                  \
-        collResult_t must_r_ = (call);                                                    \
-        if (must_r_ != collSuccess)                                                       \
-            launch_fatal((lr), "%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,          \
-                         collGetErrorString(must_r_), collGetLastError(comm));            \
-    } while (0)
+#define MUST LR_MUST
 
 #define BUCKETS 24
 

@@ -40,13 +40,7 @@
 #define PROGRAM_LEN 120
 #define INFLIGHT 200
 
-#define MUST(lr, call, comm)                                                              \
-    do {                                                                                  \
-        collResult_t must_r_ = (call);                                                    \
-        if (must_r_ != collSuccess)                                                       \
-            launch_fatal((lr), "%s:%d: %s: %s (%s)", __FILE__, __LINE__, #call,          \
-                         collGetErrorString(must_r_), collGetLastError(comm));            \
-    } while (0)
+#define MUST LR_MUST
 
 /* A second communicator over the same ranks: rank 0's id travels over comm. */
 static collComm_t split_comm(struct launch_rank *lr)
