@@ -229,6 +229,17 @@ static bool task_start_fiber(struct coll_comm *comm, struct coll_task *t)
     return true;
 }
 
+/* k queued calls finished: wakes coll_stream_quiesce and the thread's own wait. */
+static void async_done(struct coll_comm *comm, int k)
+{
+    struct coll_async *as = comm->async;
+    pthread_mutex_lock(&as->lock);
+    as->pending -= k;
+    atomic_fetch_sub(&comm->async_pending, k);
+    pthread_cond_broadcast(&as->cond);
+    pthread_mutex_unlock(&as->lock);
+}
+
 /* Resumes each call in flight once, then retires those at the front that have
  * ended, in the order issued. */
 static void async_round(struct coll_comm *comm)
@@ -248,11 +259,7 @@ static void async_round(struct coll_comm *comm)
     memmove(as->fly, as->fly + k, (size_t)(as->nfly - k) * sizeof(as->fly[0]));
     as->nfly -= k;
     atomic_fetch_add_explicit(&as->changes, 1, memory_order_release);
-    pthread_mutex_lock(&as->lock);
-    as->pending -= k;
-    atomic_fetch_sub(&comm->async_pending, k);
-    pthread_cond_broadcast(&as->cond);
-    pthread_mutex_unlock(&as->lock);
+    async_done(comm, k);
 }
 
 /* Takes the queue's head; as->lock held. */
@@ -265,16 +272,6 @@ static struct coll_task *async_pop(struct coll_async *as)
     return t;
 }
 
-/* One queued call finished outside a fiber. */
-static void async_done_one(struct coll_comm *comm)
-{
-    struct coll_async *as = comm->async;
-    pthread_mutex_lock(&as->lock);
-    as->pending--;
-    atomic_fetch_sub(&comm->async_pending, 1);
-    pthread_cond_broadcast(&as->cond);
-    pthread_mutex_unlock(&as->lock);
-}
 
 /* With calls in flight: starts the queue's head beside them when it fits.  The
  * queue is looked at (under its lock) only when it changed or a call retired
@@ -298,7 +295,7 @@ static void async_admit(struct coll_comm *comm, int max, uint64_t *seen_p)
     while (as->nfly > 0)
         async_round(comm);
     task_run(t);
-    async_done_one(comm);
+    async_done(comm, 1);
 }
 
 static void *progress_main(void *arg)
@@ -334,7 +331,7 @@ static void *progress_main(void *arg)
             continue;
         }
         task_run(t);
-        async_done_one(comm);
+        async_done(comm, 1);
     }
     return NULL;
 }

@@ -464,6 +464,21 @@ static void fiber_yield(struct coll_fibers *g)
     /* Resumed: coll_fiber_resume loaded the call's state. */
 }
 
+/* Suspends the running fiber, showing the others what it waits for (reqs,
+ * steps: for their union), until it is resumed. */
+static void fiber_wait(struct coll_fibers *g, struct coll_req *const *reqs, int nreqs,
+                       int steps)
+{
+    struct coll_fiber *f = g->cur;
+    f->reqs = reqs;
+    f->nreqs = nreqs;
+    f->steps = steps;
+    f->in_idle = true;
+    f->yield_epoch = g->epoch;
+    fiber_yield(g);
+    f->in_idle = false;
+}
+
 /* --- what the engine asks --- */
 
 enum coll_fiber_wait coll_fiber_idle(struct coll_comm *comm, bool fresh, int64_t now,
@@ -485,10 +500,6 @@ enum coll_fiber_wait coll_fiber_idle(struct coll_comm *comm, bool fresh, int64_t
     bool denied = f->denied;
     f->denied = false;
     if (arrived || ++g->quiet <= comm->fibers_running - g->nparked) {
-        f->reqs = *reqs_p;
-        f->nreqs = *nreqs_p;
-        f->steps = *steps_p;
-        f->in_idle = true;
         /* A call that waits only for an earlier one's connections is not run
          * again until one is released. */
         if (denied && *nreqs_p == 0 && *steps_p == 0) {
@@ -496,9 +507,7 @@ enum coll_fiber_wait coll_fiber_idle(struct coll_comm *comm, bool fresh, int64_t
             f->park_epoch = g->epoch;
             g->nparked++;
         }
-        f->yield_epoch = g->epoch;
-        fiber_yield(g);
-        f->in_idle = false;
+        fiber_wait(g, *reqs_p, *nreqs_p, *steps_p);
         return f->yield_epoch != g->epoch ? COLL_FIBER_RESCAN : COLL_FIBER_YIELDED;
     }
     /* Every call found nothing since the last block: this one blocks for all. */
@@ -538,13 +547,8 @@ bool coll_fiber_pause(struct coll_comm *comm)
     struct coll_fibers *g = comm->fibers;
     if (g == NULL || g->cur == NULL || comm->fibers_running - g->nparked <= 1)
         return false;
-    struct coll_fiber *f = g->cur;
-    f->nreqs = 0;
-    f->steps = 0;
-    f->in_idle = true;
     g->quiet++;
-    fiber_yield(g);
-    f->in_idle = false;
+    fiber_wait(g, NULL, 0, 0);
     return true;
 }
 
