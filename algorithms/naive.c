@@ -59,6 +59,7 @@
 #define NAIVE_WINDOW 32                     /* requests in flight per stream; >= depth */
 #define NAIVE_SCRATCH_MAX ((size_t)64 << 20) /* the root's slots, all peers together */
 #define NAIVE_SLOT_ALIGN 64
+#define NAIVE_STACK_LINKS 16                /* links whose lanes live on the stack */
 
 /* The root's exchange with one peer, or a peer's with the root: two ordered
  * streams of pieces, the engine's lanes 2i (receive) and 2i+1 (send) for link i. */
@@ -288,6 +289,30 @@ static const struct coll_sched_ops naive_ops = {
     .ready = naive_lane_ready, .buf = naive_lane_buf, .progress = naive_progress,
     .finished = naive_finished,
 };
+/* Allreduce, reduce and broadcast: what naive_can_recv and naive_can_send say
+ * is a lag behind a count (naive_lags), which the engine checks itself. */
+static const struct coll_sched_ops naive_ops_lags = {
+    .buf = naive_lane_buf, .progress = naive_progress, .finished = naive_finished,
+};
+
+/* Sets the lanes' lags for naive_ops_lags: at the root of a reduction, slice i
+ * is received once its slots are free (i < released + W) and, for allreduce,
+ * sent once final (i < finalized); every other lane goes at once. */
+static bool naive_lags(struct naive_run *x)
+{
+    if (x->f != COLL_FUNC_ALLREDUCE && x->f != COLL_FUNC_REDUCE &&
+        x->f != COLL_FUNC_BROADCAST)
+        return false;
+    if (!x->folds)
+        return true;
+    for (int li = 0; li < x->nlinks; li++) {
+        x->lanes[2 * li].after = &x->released;
+        x->lanes[2 * li].lag = x->W;
+        x->lanes[2 * li + 1].after = &x->finalized;
+        x->lanes[2 * li + 1].lag = 0;
+    }
+    return true;
+}
 
 /* Pieces each way between the root and any peer. */
 static void naive_counts(const struct naive_run *x, size_t *to_root_p, size_t *from_root_p)
@@ -324,8 +349,15 @@ static collResult_t naive_exchange(struct naive_run *x)
     struct coll_comm *comm = x->comm;
     collResult_t res = collSuccess;
     x->nlinks = x->is_root ? x->n - 1 : 1;
-    COLL_CHECK(coll_calloc(&x->links, (size_t)x->nlinks));
-    COLL_CHECK_GOTO(coll_calloc(&x->lanes, 2 * (size_t)x->nlinks), res, out_links);
+    /* Every link and lane is written below: a few on the stack, more on the heap. */
+    struct naive_link stack_links[NAIVE_STACK_LINKS];
+    struct coll_lane stack_lanes[2 * NAIVE_STACK_LINKS];
+    x->links = stack_links;
+    x->lanes = stack_lanes;
+    if (x->nlinks > NAIVE_STACK_LINKS) {
+        COLL_CHECK(coll_calloc(&x->links, (size_t)x->nlinks));
+        COLL_CHECK_GOTO(coll_calloc(&x->lanes, 2 * (size_t)x->nlinks), res, out_links);
+    }
     for (int li = 0; li < x->nlinks; li++) {
         size_t to_root, from_root;
         x->links[li].peer = x->is_root ? (li < x->root ? li : li + 1) : x->root;
@@ -345,14 +377,16 @@ static collResult_t naive_exchange(struct naive_run *x)
                                                         &l->conn),
                                 res, out_lanes);
         }
-    struct coll_sched sched = {.comm = comm, .ops = &naive_ops, .ctx = x, .lanes = x->lanes,
-                               .nlanes = 2 * x->nlinks, .piece_bytes = x->slot_bytes,
-                               .last = true};
+    struct coll_sched sched = {.comm = comm, .ops = naive_lags(x) ? &naive_ops_lags : &naive_ops,
+                               .ctx = x, .lanes = x->lanes, .nlanes = 2 * x->nlinks,
+                               .piece_bytes = x->slot_bytes, .last = true};
     res = coll_engine_run(&sched);
 out_lanes:
-    free(x->lanes);
+    if (x->lanes != stack_lanes)
+        free(x->lanes);
 out_links:
-    free(x->links);
+    if (x->links != stack_links)
+        free(x->links);
     return res;
 }
 

@@ -1,6 +1,6 @@
 /* The pipelined exchange as a schedule of two lanes (see pipe.h for the
- * dependency rules): the lags become ready() conditions on the other lane's
- * count of pieces done, and the engine does the rest. */
+ * dependency rules): the lags become each lane's lag behind the other lane's
+ * count of pieces done (coll_lane.after), and the engine does the rest. */
 #include "pipe.h"
 
 #include <string.h>
@@ -15,15 +15,6 @@ struct pipe_run {
     struct coll_pipe *p;
     struct coll_lane lane[2];
 };
-
-static bool pipe_ready(void *ctx, const struct coll_lane *l, size_t i)
-{
-    const struct pipe_run *x = ctx;
-    const struct coll_pipe *p = x->p;
-    if (l->tag == PIPE_SEND) /* sent once received (processed) far enough ahead */
-        return !p->send_after_recv || i < p->send_lag || x->lane[PIPE_RECV].done + p->send_lag > i;
-    return p->recv_lag == 0 || i < p->recv_lag || x->lane[PIPE_SEND].done + p->recv_lag > i;
-}
 
 static void pipe_buf(void *ctx, const struct coll_lane *l, size_t i, void **buf, size_t *bytes)
 {
@@ -54,12 +45,10 @@ static void pipe_consume(void *ctx, const struct coll_lane *l, size_t i, size_t 
     p->consume(p->ctx, i, off, src, len);
 }
 
-static const struct coll_sched_ops pipe_ops = {
-    .ready = pipe_ready, .buf = pipe_buf, .done = pipe_done,
-};
+static const struct coll_sched_ops pipe_ops = {.buf = pipe_buf, .done = pipe_done};
 /* Lent bytes reduced where they lie instead of copied first. */
 static const struct coll_sched_ops pipe_ops_consume = {
-    .ready = pipe_ready, .buf = pipe_buf, .done = pipe_done, .consume = pipe_consume,
+    .buf = pipe_buf, .done = pipe_done, .consume = pipe_consume,
 };
 
 collResult_t coll_pipe_run(struct coll_pipe *p)
@@ -77,6 +66,16 @@ collResult_t coll_pipe_run(struct coll_pipe *p)
         .conn = p->send_conn, .is_send = true, .total = p->send_conn ? p->total : 0,
         .window = PIPE_SEND_WINDOW, .tag = PIPE_SEND, .reg = p->send_reg,
         .reg_bytes = p->send_reg_bytes};
+    /* The lags (pipe.h): a piece is sent once received (processed) far enough
+     * ahead, and received once sent far enough ahead. */
+    if (p->send_after_recv) {
+        x.lane[PIPE_SEND].after = &x.lane[PIPE_RECV].done;
+        x.lane[PIPE_SEND].lag = p->send_lag;
+    }
+    if (p->recv_lag > 0) {
+        x.lane[PIPE_RECV].after = &x.lane[PIPE_SEND].done;
+        x.lane[PIPE_RECV].lag = p->recv_lag;
+    }
     struct coll_sched s = {.comm = p->comm, .ops = p->consume ? &pipe_ops_consume : &pipe_ops, .ctx = &x, .lanes = x.lane,
                            .nlanes = 2, .piece_bytes = p->piece_bytes, .last = p->last};
     return coll_engine_run(&s);

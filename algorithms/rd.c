@@ -38,42 +38,23 @@
 #include "pattern.h"
 #include "reduce.h"
 
-/* One round: piece 0 of each lane, both at once. */
-struct rd_round {
-    void *buf[2];
-    size_t bytes[2];
-};
-
-static void rd_buf(void *ctx, const struct coll_lane *l, size_t i, void **p, size_t *bytes)
-{
-    const struct rd_round *x = ctx;
-    (void)i;
-    *p = x->buf[l->tag];
-    *bytes = x->bytes[l->tag];
-}
-
-static const struct coll_sched_ops rd_ops = {.buf = rd_buf};
-
 /* Sends sbytes of sbuf to rank `to` while receiving rbytes into rbuf from rank
- * `from` (a schedule of two lanes of one piece); either size may be 0 (that
- * side is skipped). */
+ * `from` (one round of the engine); either size may be 0 (that side is
+ * skipped). */
 static collResult_t rd_sendrecv(struct coll_comm *comm, int to, const void *sbuf, size_t sbytes,
                                 int from, void *rbuf, size_t rbytes)
 {
-    struct rd_round x = {.buf = {rbuf, (void *)sbuf}, .bytes = {rbytes, sbytes}};
-    struct coll_lane lanes[2] = {
-        {.is_send = false, .total = rbytes > 0, .tag = 0},
-        {.is_send = true, .total = sbytes > 0, .tag = 1},
+    struct coll_xfer x[2] = {
+        {.buf = rbuf, .bytes = rbytes},
+        {.buf = (void *)sbuf, .bytes = sbytes, .is_send = true},
     };
     /* The send side first: connecting does not wait for the peer, accepting
      * does, and the peer may be accepting from us at the same moment. */
     if (sbytes > 0)
-        COLL_CHECK(coll_transport_get_conn(comm, to, true, &lanes[1].conn));
+        COLL_CHECK(coll_transport_get_conn(comm, to, true, &x[1].conn));
     if (rbytes > 0)
-        COLL_CHECK(coll_transport_get_conn(comm, from, false, &lanes[0].conn));
-    struct coll_sched s = {.comm = comm, .ops = &rd_ops, .ctx = &x, .lanes = lanes,
-                           .nlanes = 2, .piece_bytes = sbytes > rbytes ? sbytes : rbytes};
-    return coll_engine_run(&s);
+        COLL_CHECK(coll_transport_get_conn(comm, from, false, &x[0].conn));
+    return coll_engine_round(comm, x, 2, false);
 }
 
 static collResult_t rd_allreduce(struct coll_comm *comm, const struct coll_args *a)

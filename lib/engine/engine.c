@@ -286,8 +286,10 @@ static bool engine_within(const void *base, size_t len, const void *p, size_t n)
     return base != NULL && q >= b && n <= len && q - b <= len - n;
 }
 
-static bool lane_ready(const struct coll_sched *s, const struct coll_lane *l, size_t i)
+static inline bool lane_ready(const struct coll_sched *s, const struct coll_lane *l, size_t i)
 {
+    if (l->after != NULL && i >= l->lag && *l->after + l->lag <= i)
+        return false;
     return s->ops->ready == NULL || s->ops->ready(s->ctx, l, i);
 }
 
@@ -325,10 +327,14 @@ static collResult_t lane_take(struct coll_sched *s, struct coll_lane *l, bool *m
     if (!lane_turn(l))
         return collSuccess;
     while (l->done < l->total && lane_ready(s, l, l->done)) {
-        void *buf;
-        size_t bytes, len = 0;
+        size_t len = 0;
         const void *src = NULL;
-        s->ops->buf(s->ctx, l, l->done, &buf, &bytes);
+        if (!l->take_known) { /* asked once per piece, not at every look */
+            s->ops->buf(s->ctx, l, l->done, &l->take_buf, &l->take_bytes);
+            l->take_known = true;
+        }
+        void *buf = l->take_buf;
+        size_t bytes = l->take_bytes;
         if (l->lent_off < bytes) {
             COLL_CHECK(coll_exec_peek(l->comm, l->conn, bytes - l->lent_off, &src, &len));
             if (src == NULL)
@@ -345,6 +351,7 @@ static collResult_t lane_take(struct coll_sched *s, struct coll_lane *l, bool *m
             size_t i = l->done++;
             l->posted = l->done;
             l->lent_off = 0;
+            l->take_known = false;
             *moved_p = true;
             if (l->done == l->total)
                 lane_released(l);
@@ -356,8 +363,8 @@ static collResult_t lane_take(struct coll_sched *s, struct coll_lane *l, bool *m
 
 /* Posts piece i of connected lane l: where buf() puts it, with the transport's
  * handle for it (ops->handle, or mh when the piece lies in l->reg). */
-static collResult_t lane_issue(struct coll_sched *s, struct coll_lane *l, size_t i, void *mh,
-                               void **buf_p, size_t *bytes_p, struct coll_req **req_p)
+static inline collResult_t lane_issue(struct coll_sched *s, struct coll_lane *l, size_t i,
+                                      void *mh, void **buf_p, size_t *bytes_p, struct coll_req **req_p)
 {
     s->ops->buf(s->ctx, l, i, buf_p, bytes_p);
     void *buf = *buf_p;
@@ -497,21 +504,34 @@ static bool lane_waits(const struct coll_lane *l)
 
 /* The requests a wait on comm watches: the oldest of each of its lanes (a
  * lending lane's stand-in for its connection); *steps_p counts the deferred
- * steps waited for. */
+ * steps waited for.  With waiting, the indices of the lanes that wait (on a
+ * request or a deferred step) go there, *nwait_p of them. */
 static int sched_pending(const struct coll_sched *s, const struct coll_comm *comm,
-                         struct coll_req **out, int *steps_p)
+                         struct coll_req **out, int *steps_p, int *waiting, int *nwait_p)
 {
-    int n = 0, steps = 0;
+    int n = 0, steps = 0, nw = 0;
     for (int k = 0; k < s->nlanes; k++) {
         struct coll_lane *l = &s->lanes[k];
         if (!lane_active(l) || (comm != NULL && l->comm != comm))
             continue;
-        if (l->deferred)
-            steps += l->done < l->posted;
-        else if (lane_waited(l) != NULL)
-            out[n++] = lane_waited(l);
+        if (l->deferred) {
+            if (l->done < l->posted) {
+                steps++;
+                if (waiting != NULL)
+                    waiting[nw++] = k;
+            }
+        } else {
+            struct coll_req *r = lane_waited(l);
+            if (r == NULL)
+                continue;
+            out[n++] = r;
+            if (waiting != NULL)
+                waiting[nw++] = k;
+        }
     }
     *steps_p = steps;
+    if (nwait_p != NULL)
+        *nwait_p = nw;
     return n;
 }
 
@@ -522,7 +542,7 @@ static int sched_pending(const struct coll_sched *s, const struct coll_comm *com
  * chosen comm's first.  With nothing posted, it is for a missing connection, a
  * while at most. */
 static collResult_t sched_idle(struct coll_sched *s, struct coll_wait *w, struct coll_req **pending,
-                               struct coll_comm **wcomm_p, int *np_p)
+                               int *waiting, int *nwait_p, struct coll_comm **wcomm_p, int *np_p)
 {
     *np_p = -1; /* nothing kept for the next idle pass unless set below */
     struct coll_comm *comm = NULL;
@@ -547,19 +567,20 @@ static collResult_t sched_idle(struct coll_sched *s, struct coll_wait *w, struct
             if (c == comm || !lane_waits(&s->lanes[k]) ||
                 (!atomic_load(&c->aborting) && now < c->deadline_ns))
                 continue;
-            int n = sched_pending(s, c, pending, &steps);
+            int n = sched_pending(s, c, pending, &steps, NULL, NULL);
             struct coll_wait at_once = {.idle_since = now, .steps = steps};
             COLL_CHECK(coll_exec_idle(c, &at_once, pending, n));
         }
     }
-    int np = sched_pending(s, comm, pending, &w->steps);
+    int np = sched_pending(s, comm, pending, &w->steps, s->multi_comm ? NULL : waiting,
+                           nwait_p);
     if (s->multi_comm)
         for (int k = 0; k < s->nlanes; k++) {
             const struct coll_lane *l = &s->lanes[k];
             if (l->comm != comm && lane_waited(l) != NULL)
                 pending[np++] = lane_waited(l);
         }
-    else
+    else if (*nwait_p > 0)
         *np_p = np; /* one comm: the set holds until something moves */
     *wcomm_p = comm;
     return coll_exec_idle(comm, w, pending, np);
@@ -617,25 +638,72 @@ static bool sched_is_oneshot(const struct coll_sched *s)
     if (s->nlanes > ENGINE_STACK_LANES || o->ready != NULL || o->progress != NULL ||
         o->finished != NULL || o->start != NULL)
         return false;
-    for (int k = 0; k < s->nlanes; k++) {
-        const struct coll_lane *l = &s->lanes[k];
-        if (l->total > 1 || l->deferred || (l->comm != NULL && l->comm != s->comm) ||
+    for (const struct coll_lane *l = s->lanes, *end = l + s->nlanes; l < end; l++)
+        if (l->total > 1 || l->deferred || l->after != NULL ||
+            (l->comm != NULL && l->comm != s->comm) ||
             (l->total == 1 && (l->conn == NULL || (l->lend && !l->is_send))))
             return false;
-    }
     return true;
 }
 
+/* Posts the one piece of l (engine_run_oneshot). */
+static inline collResult_t oneshot_post(struct coll_sched *s, struct coll_lane *l, void **buf_p,
+                                        size_t *bytes_p, struct coll_req **req_p)
+{
+    void *mh = l->reg != NULL ? coll_reg_handle(l->comm, l->conn, l->reg, l->reg_bytes) : NULL;
+    l->posted = 1;
+    return lane_issue(s, l, 0, mh, buf_p, bytes_p, req_p);
+}
+
+/* Tests req[0..n) (NULL: done) until every one is done, waiting in
+ * coll_exec_idle while a pass completes nothing.  With s, the completion of
+ * req[j] is the one piece of lane lane[j], whose bytes are at bufs[j]: it gets
+ * its done().  The loop of one-shot schedules and rounds, whose time at small
+ * sizes is the loop's: inlined, so that each caller's copy is folded for it. */
+static inline __attribute__((always_inline)) collResult_t
+oneshot_wait(struct coll_comm *comm, struct coll_req **req, int n, size_t bytes,
+             struct coll_sched *s, const int *lane, void *const *bufs)
+{
+    struct coll_wait w;
+    coll_exec_wait_init(comm, &w, bytes);
+    for (;;) {
+        int left = 0;
+        bool moved = false;
+        for (int j = 0; j < n; j++) {
+            if (req[j] == NULL)
+                continue;
+            bool ok;
+            COLL_CHECK(coll_exec_test(comm, &req[j], &ok));
+            if (!ok) {
+                left++;
+                continue;
+            }
+            moved = true;
+            if (s != NULL) {
+                struct coll_lane *l = &s->lanes[lane[j]];
+                l->done = 1;
+                COLL_CHECK(lane_done(s, l, 0, bufs[j]));
+            }
+        }
+        if (left == 0)
+            return collSuccess;
+        if (moved)
+            w.idle_since = 0;
+        else
+            COLL_CHECK(coll_exec_idle(comm, &w, req, n));
+    }
+}
+
 /* The engine's loop for a one-shot schedule: post every piece (receives
- * first), then test them until done, waiting in coll_exec_idle; the same rules
- * as the general loop with none of its bookkeeping, for the smallest calls,
- * whose time is the loop's. */
+ * first), then test them until done (oneshot_wait); the same rules as the
+ * general loop with none of its bookkeeping, for the smallest calls. */
 static collResult_t engine_run_oneshot(struct coll_sched *s)
 {
     struct coll_comm *comm = s->comm;
-    struct coll_req *req[ENGINE_STACK_LANES] = {NULL}, *pending[ENGINE_STACK_LANES];
+    struct coll_req *req[ENGINE_STACK_LANES];
     void *bufs[ENGINE_STACK_LANES];
-    size_t maxb = 0;
+    int lane[ENGINE_STACK_LANES], n = 0;
+    size_t maxb = s->piece_bytes;
     for (int pass = 0; pass < 2; pass++)
         for (int k = 0; k < s->nlanes; k++) {
             struct coll_lane *l = &s->lanes[k];
@@ -643,45 +711,75 @@ static collResult_t engine_run_oneshot(struct coll_sched *s)
             if (l->total == 0 || l->is_send != (pass == 1))
                 continue;
             size_t bytes;
-            void *mh = l->reg != NULL ? coll_reg_handle(comm, l->conn, l->reg, l->reg_bytes)
-                                      : NULL;
-            COLL_CHECK(lane_issue(s, l, 0, mh, &bufs[k], &bytes, &req[k]));
-            l->posted = 1;
+            COLL_CHECK(oneshot_post(s, l, &bufs[n], &bytes, &req[n]));
+            lane[n++] = k;
             if (bytes > maxb)
                 maxb = bytes;
         }
-    struct coll_wait w;
-    coll_exec_wait_init(comm, &w, s->piece_bytes > maxb ? s->piece_bytes : maxb);
-    for (;;) {
-        int np = 0;
-        bool moved = false;
-        for (int k = 0; k < s->nlanes; k++) {
-            struct coll_lane *l = &s->lanes[k];
-            if (l->done >= l->posted)
-                continue;
-            bool ok;
-            COLL_CHECK(coll_exec_test(comm, &req[k], &ok));
-            if (!ok) {
-                pending[np++] = req[k];
-                continue;
-            }
-            l->done = 1;
-            moved = true;
-            COLL_CHECK(lane_done(s, l, 0, bufs[k]));
-        }
-        if (np == 0)
-            return collSuccess;
-        if (moved)
-            w.idle_since = 0;
-        else
-            COLL_CHECK(coll_exec_idle(comm, &w, pending, np));
+    return oneshot_wait(comm, req, n, maxb, s, lane, bufs);
+}
+
+/* A round run as a schedule (coll_engine_round behind another call in
+ * flight): lane k is x[k]. */
+static void round_buf(void *ctx, const struct coll_lane *l, size_t i, void **p, size_t *bytes)
+{
+    const struct coll_xfer *x = ctx;
+    (void)i;
+    *p = x[l->tag].buf;
+    *bytes = x[l->tag].bytes;
+}
+
+static const struct coll_sched_ops round_ops = {.buf = round_buf};
+
+/* The round behind another call in flight, whose pieces wait for their
+ * connections: the general loop, lane k being x[k]. */
+static __attribute__((noinline)) collResult_t round_run_behind(struct coll_comm *comm,
+                                                              const struct coll_xfer *x, int n,
+                                                              bool last)
+{
+    struct coll_lane lanes[ENGINE_STACK_LANES];
+    size_t maxb = 0;
+    for (int k = 0; k < n; k++) {
+        lanes[k] = (struct coll_lane){.conn = x[k].conn, .is_send = x[k].is_send,
+                                      .total = x[k].bytes > 0, .tag = k};
+        if (x[k].bytes > maxb)
+            maxb = x[k].bytes;
     }
+    struct coll_sched s = {.comm = comm, .ops = &round_ops, .ctx = (void *)x, .lanes = lanes,
+                           .nlanes = n, .piece_bytes = maxb, .last = last};
+    return coll_engine_run(&s);
+}
+
+collResult_t coll_engine_round(struct coll_comm *comm, const struct coll_xfer *x, int n,
+                               bool last)
+{
+    if (n > ENGINE_STACK_LANES) {
+        coll_set_error(comm, "%s: a round of %d transfers (at most %d)", comm->op_name, n,
+                       ENGINE_STACK_LANES);
+        return collInternalError;
+    }
+    if (coll_fiber_behind_any(comm))
+        return round_run_behind(comm, x, n, last);
+    struct coll_req *req[ENGINE_STACK_LANES];
+    size_t maxb = 0;
+    for (int k = 0; k < n; k++) {
+        const struct coll_xfer *t = &x[k];
+        COLL_CHECK(t->is_send
+                       ? coll_exec_isend_mh(comm, t->conn, t->buf, t->bytes, NULL, &req[k])
+                       : coll_exec_irecv_mh(comm, t->conn, t->buf, t->bytes, NULL, &req[k]));
+        if (t->bytes > maxb)
+            maxb = t->bytes;
+    }
+    collResult_t res = oneshot_wait(comm, req, n, maxb, NULL, NULL, NULL);
+    if (last)
+        coll_fiber_last(comm, NULL);
+    return res;
 }
 
 collResult_t coll_engine_run(struct coll_sched *s)
 {
     /* Behind another call in flight, the pieces wait for their connections. */
-    if (sched_is_oneshot(s) && !coll_fiber_behind(s->comm)) {
+    if (sched_is_oneshot(s) && !coll_fiber_behind_any(s->comm)) {
         collResult_t res = engine_run_oneshot(s);
         if (s->last)
             coll_fiber_last(s->comm, NULL);
@@ -689,6 +787,9 @@ collResult_t coll_engine_run(struct coll_sched *s)
     }
     collResult_t res = collSuccess;
     struct coll_req *stack[ENGINE_STACK_LANES], **pending = stack;
+    /* Lane indices: those that wait (the last idle pass's), and the order of a
+     * pass (the lanes with pieces, receives before sends). */
+    int istack[2 * ENGINE_STACK_LANES], *waiting = istack, *order, nwait = 0, norder = 0;
     /* The slots are written before they are read: not cleared. */
     struct coll_lane_slot stack_slots[ENGINE_STACK_SLOTS], *slots = stack_slots;
     size_t nslots = 0;
@@ -698,8 +799,15 @@ collResult_t coll_engine_run(struct coll_sched *s)
         if (l->total > 0 && !l->deferred)
             nslots += l->mask + 1;
     }
-    if (s->nlanes > ENGINE_STACK_LANES)
+    if (s->nlanes > ENGINE_STACK_LANES) {
         COLL_CHECK(coll_calloc(&pending, (size_t)s->nlanes));
+        if ((waiting = malloc(2 * (size_t)s->nlanes * sizeof(*waiting))) == NULL) {
+            free(pending);
+            coll_set_error(s->comm, "%s: out of memory for %d lanes", s->comm->op_name,
+                           s->nlanes);
+            return collSystemError;
+        }
+    }
     if (nslots > ENGINE_STACK_SLOTS &&
         (slots = malloc(nslots * sizeof(*slots))) == NULL) {
         coll_set_error(s->comm, "%s: out of memory for %zu pieces in flight", s->comm->op_name,
@@ -707,6 +815,11 @@ collResult_t coll_engine_run(struct coll_sched *s)
         res = collSystemError;
         goto out;
     }
+    order = waiting + s->nlanes;
+    for (int pass = 0; pass < 2; pass++) /* receives before sends */
+        for (int k = 0; k < s->nlanes; k++)
+            if (s->lanes[k].total > 0 && s->lanes[k].is_send == (pass == 1))
+                order[norder++] = k;
     s->multi_comm = false;
     for (int k = 0, at = 0; k < s->nlanes; k++) {
         struct coll_lane *l = &s->lanes[k];
@@ -730,12 +843,10 @@ collResult_t coll_engine_run(struct coll_sched *s)
         bool moved = false;
         if (np >= 0) {
             /* The last pass moved nothing, so only what lanes wait on can have
-             * changed: look at that alone while spinning, and make the whole
-             * pass once something moves. */
-            for (int k = first_active; k < s->nlanes; k++) {
-                struct coll_lane *l = &s->lanes[k];
-                if (!lane_waits(l))
-                    continue;
+             * changed: look at those lanes alone while spinning, and make the
+             * whole pass once something moves. */
+            for (int j = 0; j < nwait; j++) {
+                struct coll_lane *l = &s->lanes[waiting[j]];
                 if (l->lending)
                     COLL_CHECK_GOTO(lane_take(s, l, &moved), res, out);
                 else
@@ -754,30 +865,32 @@ collResult_t coll_engine_run(struct coll_sched *s)
             if (sched_finished(s, &first_active))
                 break;
         }
-        for (int pass = 0; pass < 2; pass++) /* receives before sends */
-            for (int k = 0; k < s->nlanes; k++) {
-                struct coll_lane *l = &s->lanes[k];
-                if (l->is_send != (pass == 1) || !lane_active(l))
-                    continue;
-                if (l->conn == NULL && !l->deferred)
-                    COLL_CHECK_GOTO(lane_connect(s, l, 0, &moved), res, out);
-                if (l->conn == NULL && !l->deferred)
-                    continue;
-                if (l->lending)
-                    COLL_CHECK_GOTO(lane_take(s, l, &moved), res, out);
-                else
-                    COLL_CHECK_GOTO(lane_post(s, l, &moved), res, out);
-            }
-        for (int k = 0; k < s->nlanes; k++)
-            if (!s->lanes[k].lending)
-                COLL_CHECK_GOTO(lane_complete(s, &s->lanes[k], &moved), res, out);
+        for (int j = 0; j < norder; j++) {
+            struct coll_lane *l = &s->lanes[order[j]];
+            /* Nothing left to post (or take) on it. */
+            if (l->lending ? !lane_active(l) : l->posted == l->total)
+                continue;
+            if (l->conn == NULL && !l->deferred)
+                COLL_CHECK_GOTO(lane_connect(s, l, 0, &moved), res, out);
+            if (l->conn == NULL && !l->deferred)
+                continue;
+            if (l->lending)
+                COLL_CHECK_GOTO(lane_take(s, l, &moved), res, out);
+            else
+                COLL_CHECK_GOTO(lane_post(s, l, &moved), res, out);
+        }
+        for (int k = 0; k < s->nlanes; k++) {
+            struct coll_lane *l = &s->lanes[k];
+            if (!l->lending && l->done < l->posted)
+                COLL_CHECK_GOTO(lane_complete(s, l, &moved), res, out);
+        }
         if (s->ops->progress != NULL && s->ops->progress(s->ctx))
             moved = true;
         if (moved) {
             w.idle_since = 0;
             continue;
         }
-        COLL_CHECK_GOTO(sched_idle(s, &w, pending, &wcomm, &np), res, out);
+        COLL_CHECK_GOTO(sched_idle(s, &w, pending, waiting, &nwait, &wcomm, &np), res, out);
         if (w.rescan) {
             w.rescan = false;
             np = -1;
@@ -793,5 +906,7 @@ out:
         free(slots);
     if (pending != stack)
         free(pending);
+    if (waiting != istack)
+        free(waiting);
     return res;
 }

@@ -2,15 +2,17 @@
  *
  * An algorithm (or send/receive) describes its work as a schedule: a set of
  * lanes, each one direction of one connection (or a lane of deferred steps with
- * no connection), carrying pieces 0..total-1 in order.  The algorithm says, by
- * callbacks, when piece i of a lane may start (ready: its dependencies, written
- * as counts of other lanes' pieces done, as pipe.h's lags are), where its bytes
- * are (buf), and what to do once it is done (done: reduce, count); work that
- * belongs to no lane (a reduction waiting on several children) is `progress`.
+ * no connection), carrying pieces 0..total-1 in order.  The algorithm says when
+ * piece i of a lane may start: a lag behind a count (another lane's pieces
+ * done, as pipe.h's lags are, or one of its own; coll_lane.after), checked by
+ * the engine, and anything else by the ready callback.  Callbacks say where its bytes are (buf) and what to do
+ * once it is done (done: reduce, count); work that belongs to no lane (a
+ * reduction waiting on several children) is `progress`.
  * The engine owns everything else, in one loop for every schedule:
  *
  *   pass:  receives posted (or taken where the transport lends them)
- *          sends posted            -- up to each lane's window, while ready()
+ *          sends posted            -- up to each lane's window, while its lag
+ *                                     behind another lane and ready() allow
  *          lanes tested, oldest piece first; done() in order
  *          progress()
  *   idle:  when a whole pass moved nothing, coll_exec_idle: spin, yield, then
@@ -65,10 +67,19 @@ struct coll_lane {
      * so it may move them in place.  A receive lane with a handle does not lend. */
     const void *reg;
     size_t reg_bytes;
+    /* Optional: piece i starts only once the count *after is above i - lag
+     * (pieces below lag at once), checked by the engine itself before
+     * ops->ready: pipe.h's lags, with after another lane's `done`, or a count
+     * of the algorithm's (slices reduced, slots free). */
+    const size_t *after;
+    size_t lag;
 
     /* The engine's. */
     size_t posted, done;     /* pieces posted (started) and done */
     size_t lent_off;         /* bytes of piece `done` taken so far (lending) */
+    void *take_buf;          /* lending: piece `done`'s buf(), once asked */
+    size_t take_bytes;
+    bool take_known;
     void *mh;
     bool lending;
     size_t mask;             /* piece i's slot: i & mask (a power of two >= window) */
@@ -84,7 +95,8 @@ struct coll_lane {
 struct coll_sched_ops {
     /* Whether piece i of l may start now.  NULL: at once. */
     bool (*ready)(void *ctx, const struct coll_lane *l, size_t i);
-    /* Where piece i of l is sent from or received into, and its size. */
+    /* Where piece i of l is sent from or received into, and its size: the same
+     * for as long as the piece is in flight (the engine may ask once). */
     void (*buf)(void *ctx, const struct coll_lane *l, size_t i, void **p, size_t *bytes);
     /* Optional: the transport's handle for piece i's buffer (regcache.h), when
      * pieces lie in buffers of their own (messages); else l->reg is used. */
@@ -130,6 +142,22 @@ struct coll_sched {
  * comm).  Lanes' engine fields must be zero.  Over lanes of several comms, each
  * comm's deadline and abort count for its own lanes. */
 collResult_t coll_engine_run(struct coll_sched *s);
+
+/* One transfer of a round (coll_engine_round). */
+struct coll_xfer {
+    struct coll_conn *conn; /* may be NULL when bytes is 0 */
+    void *buf;
+    size_t bytes;           /* 0: nothing to move */
+    bool is_send;
+};
+
+/* Runs the smallest schedule, one round: the transfers x[0..n) all at once,
+ * posted in the order given (receives first, as the general loop does), then
+ * waited for together.  The same as coll_engine_run on n lanes of one piece
+ * each, with none of the lanes' bookkeeping: recursive doubling's exchanges,
+ * whose time at small sizes is the loop's.  last as coll_sched.last. */
+collResult_t coll_engine_round(struct coll_comm *comm, const struct coll_xfer *x, int n,
+                               bool last);
 
 /* The communicator's poll set and wake-up descriptor (comm->engine), made at
  * communicator creation and freed with it. */

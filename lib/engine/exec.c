@@ -145,18 +145,7 @@ collResult_t coll_exec_test(struct coll_comm *comm, struct coll_req **r_p, bool 
     return collSuccess;
 }
 
-#define EXEC_SPIN_MAX_BYTES (32 * 1024)
 #define EXEC_POLL_STACK 64 /* descriptors a wait names without allocating */
-
-void coll_exec_wait_init(const struct coll_comm *comm, struct coll_wait *w, size_t bytes)
-{
-    w->idle_since = 0;
-    w->idle_calls = 0;
-    w->steps = 0;
-    w->woke_idle = false;
-    w->rescan = false;
-    w->spin_ns = comm->oversubscribed && bytes > EXEC_SPIN_MAX_BYTES ? 0 : comm->spin_ns;
-}
 
 /* Whether every wait is a few loads: shared memory, or a deferred step's flag. */
 static bool exec_all_cheap(struct coll_req *const *reqs, int nreqs, int steps)

@@ -17,10 +17,17 @@ struct coll_wait {
                          * caller looks at everything again, not only what it waited on */
 };
 
+#define COLL_EXEC_SPIN_MAX_BYTES (32 * 1024)
+
 /* Prepares a wait for pieces of up to `bytes`.  With more ranks than cores, a
  * large piece takes long enough to arrive that spinning only steals the core
  * from the rank that would send it, so such waits block at once. */
-void coll_exec_wait_init(const struct coll_comm *comm, struct coll_wait *w, size_t bytes);
+static inline void coll_exec_wait_init(const struct coll_comm *comm, struct coll_wait *w,
+                                       size_t bytes)
+{
+    *w = (struct coll_wait){
+        .spin_ns = comm->oversubscribed && bytes > COLL_EXEC_SPIN_MAX_BYTES ? 0 : comm->spin_ns};
+}
 
 /* Starts an operation: sets its deadline and name for messages. */
 void coll_exec_begin(struct coll_comm *comm, const char *op_name);

@@ -92,6 +92,11 @@ bool coll_fiber_conn_free(const struct coll_comm *comm, const struct coll_conn *
 void coll_fiber_released(struct coll_comm *comm);
 /* Whether an earlier call in flight still holds any connection. */
 bool coll_fiber_behind(const struct coll_comm *comm);
+/* The same, at no cost when no other call is in flight. */
+static inline bool coll_fiber_behind_any(const struct coll_comm *comm)
+{
+    return coll_fibers_many(comm) && coll_fiber_behind(comm);
+}
 /* The running call's last schedule starts (s, its lanes started) or is over
  * (NULL: the call holds nothing any more). */
 void coll_fiber_last(struct coll_comm *comm, const struct coll_sched *s);

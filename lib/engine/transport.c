@@ -264,8 +264,9 @@ void coll_transport_sweep(struct coll_comm *comm, int64_t now)
 /* The connection with peer; a receive connection is waited for until until_ns at
  * most (the comm's deadline, or sooner), and *conn_p is NULL when it is not made
  * by then. */
-static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
-                                       int64_t until_ns, struct coll_conn **conn_p)
+static __attribute__((noinline)) collResult_t
+transport_get_conn(struct coll_comm *comm, int peer, bool is_send, int64_t until_ns,
+                   struct coll_conn **conn_p)
 {
     struct coll_peer *p = &comm->peers[peer];
     struct coll_conn **slot = is_send ? &p->send_conn : &p->recv_conn;
@@ -344,6 +345,13 @@ static collResult_t transport_get_conn(struct coll_comm *comm, int peer, bool is
 collResult_t coll_transport_get_conn(struct coll_comm *comm, int peer, bool is_send,
                                      struct coll_conn **conn_p)
 {
+    /* Made already: every call of a collective but the first asks for these. */
+    const struct coll_peer *p = &comm->peers[peer];
+    struct coll_conn *c = is_send ? p->send_conn : p->recv_conn;
+    if (c != NULL) {
+        *conn_p = c;
+        return collSuccess;
+    }
     collResult_t res = transport_get_conn(comm, peer, is_send, INT64_MAX, conn_p);
     if (res != collSuccess)
         coll_comm_poison(comm, res);

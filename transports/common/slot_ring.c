@@ -11,17 +11,16 @@ void coll_slot_ring_init(struct coll_slot_ring *r, char *slots, uint32_t nslots,
                                  .len = len, .mark = mark, .arrived = arrived, .freed = freed};
 }
 
-enum coll_slot_look coll_slot_ring_look(struct coll_slot_ring *r, size_t want, const char **p,
-                                        size_t *len_p)
+/* What slot `next` holds, given that it has arrived: DATA (*p, *len_p: the
+ * bytes of it not yet taken), MARKED (*p, *len_p: the slot whole) or BAD
+ * (*len_p: the length the sender gave). */
+static inline enum coll_slot_look slot_ring_front(const struct coll_slot_ring *r,
+                                                  const char **p, size_t *len_p)
 {
-    *p = NULL;
-    *len_p = 0;
-    if (r->arrived(r) == r->next)
-        return COLL_SLOT_NONE;
-    uint32_t s = coll_slot_ring_index(r, r->next);
-    size_t k = r->len[s];
-    if (r->mark != NULL && r->mark[s]) {
-        *p = coll_slot_ring_at(r, r->next);
+    size_t k = r->len[r->at];
+    const char *slot = r->slots + (size_t)r->at * r->slot_bytes;
+    if (r->mark != NULL && r->mark[r->at]) {
+        *p = slot;
         *len_p = k;
         return COLL_SLOT_MARKED;
     }
@@ -29,13 +28,26 @@ enum coll_slot_look coll_slot_ring_look(struct coll_slot_ring *r, size_t want, c
      * message.  len[] is read once here, so the bounds handed out are the ones
      * checked, whatever the sender writes meanwhile. */
     if (k > r->slot_bytes || k <= r->off) {
+        *p = NULL;
         *len_p = k;
         return COLL_SLOT_BAD;
     }
-    k -= r->off;
-    *len_p = k < want ? k : want;
-    *p = coll_slot_ring_at(r, r->next) + r->off;
+    *p = slot + r->off;
+    *len_p = k - r->off;
     return COLL_SLOT_DATA;
+}
+
+enum coll_slot_look coll_slot_ring_look(struct coll_slot_ring *r, size_t want, const char **p,
+                                        size_t *len_p)
+{
+    *p = NULL;
+    *len_p = 0;
+    if (r->arrived(r) == r->next)
+        return COLL_SLOT_NONE;
+    enum coll_slot_look got = slot_ring_front(r, p, len_p);
+    if (got == COLL_SLOT_DATA && *len_p > want)
+        *len_p = want;
+    return got;
 }
 
 /* The slot `next` goes back. */
@@ -43,16 +55,22 @@ static void slot_ring_advance(struct coll_slot_ring *r)
 {
     r->off = 0;
     r->next++;
+    r->at = r->at + 1 == r->nslots ? 0 : r->at + 1;
     if (r->freed != NULL)
         r->freed(r);
 }
 
-void coll_slot_ring_release(struct coll_slot_ring *r, size_t len)
+/* Takes len bytes of slot `next`, whose length the caller read as k. */
+static inline void slot_ring_take(struct coll_slot_ring *r, size_t len, size_t k)
 {
     r->off += len;
-    if (r->off < r->len[coll_slot_ring_index(r, r->next)])
-        return;
-    slot_ring_advance(r);
+    if (r->off >= k)
+        slot_ring_advance(r);
+}
+
+void coll_slot_ring_release(struct coll_slot_ring *r, size_t len)
+{
+    slot_ring_take(r, len, r->len[r->at]);
 }
 
 void coll_slot_ring_skip(struct coll_slot_ring *r)
@@ -63,17 +81,28 @@ void coll_slot_ring_skip(struct coll_slot_ring *r)
 enum coll_slot_look coll_slot_ring_copy(struct coll_slot_ring *r, char *buf, size_t size,
                                         size_t *done_p)
 {
-    while (*done_p < size) {
+    size_t done = *done_p;
+    /* The sender's counter is read again only once the slots it showed are
+     * all taken. */
+    uint64_t arrived = r->next;
+    enum coll_slot_look got = COLL_SLOT_DATA;
+    while (done < size) {
+        if (arrived == r->next && (arrived = r->arrived(r)) == r->next) {
+            got = COLL_SLOT_NONE;
+            break;
+        }
         const char *src;
         size_t k;
-        enum coll_slot_look got = coll_slot_ring_look(r, size - *done_p, &src, &k);
+        got = slot_ring_front(r, &src, &k);
         if (got != COLL_SLOT_DATA)
-            return got;
-        memcpy(buf + *done_p, src, k);
-        *done_p += k;
-        coll_slot_ring_release(r, k);
+            break;
+        size_t len = k < size - done ? k : size - done;
+        memcpy(buf + done, src, len);
+        done += len;
+        slot_ring_take(r, len, r->off + k);
     }
-    return COLL_SLOT_DATA;
+    *done_p = done;
+    return got;
 }
 
 enum coll_slot_look coll_slot_ring_peek(struct coll_slot_ring *r, size_t want, const void **p,

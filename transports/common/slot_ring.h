@@ -47,6 +47,7 @@ struct coll_slot_ring {
     coll_slot_arrived_fn arrived;
     coll_slot_freed_fn freed;      /* NULL: nothing to do */
     uint64_t next;                 /* slots handed back */
+    uint32_t at;                   /* next % nslots, kept as next moves */
     size_t off;                    /* bytes of slot `next` already taken */
     size_t peeked;                 /* bytes lent by the last peek */
 };

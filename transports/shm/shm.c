@@ -1055,6 +1055,8 @@ static void shm_bad_slot(struct shm_conn *c, size_t len)
  * sizes mismatch: the layer above checks). */
 static bool shm_progress_recv(struct shm_conn *c)
 {
+    if (atomic_load_explicit(&c->ctrl->head, memory_order_acquire) == c->rx.next)
+        return false; /* nothing new: the common case of a poll */
     bool moved = false;
     for (uint64_t q = c->head; q < c->tail; q++) {
         struct shm_req *r = &c->reqs[q % SHM_REQ_CAP];
