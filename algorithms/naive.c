@@ -290,28 +290,32 @@ static const struct coll_sched_ops naive_ops = {
     .finished = naive_finished,
 };
 /* Allreduce, reduce and broadcast: what naive_can_recv and naive_can_send say
- * is a lag behind a count (naive_lags), which the engine checks itself. */
+ * is a lag behind a count (naive_lags), which the engine checks itself; and a
+ * rank that folds nothing has no work of its own, so that a small call there
+ * is a one-shot schedule (a piece each way). */
 static const struct coll_sched_ops naive_ops_lags = {
     .buf = naive_lane_buf, .progress = naive_progress, .finished = naive_finished,
 };
+static const struct coll_sched_ops naive_ops_plain = {.buf = naive_lane_buf};
 
-/* Sets the lanes' lags for naive_ops_lags: at the root of a reduction, slice i
- * is received once its slots are free (i < released + W) and, for allreduce,
- * sent once final (i < finalized); every other lane goes at once. */
-static bool naive_lags(struct naive_run *x)
+/* The ops for x's schedule, with the lanes' lags where they stand for ready():
+ * at the root of a reduction, slice i is received once its slots are free
+ * (i < released + W) and, for allreduce, sent once final (i < finalized);
+ * every other lane of these three collectives goes at once. */
+static const struct coll_sched_ops *naive_sched_ops(struct naive_run *x)
 {
     if (x->f != COLL_FUNC_ALLREDUCE && x->f != COLL_FUNC_REDUCE &&
         x->f != COLL_FUNC_BROADCAST)
-        return false;
+        return &naive_ops;
     if (!x->folds)
-        return true;
+        return &naive_ops_plain;
     for (int li = 0; li < x->nlinks; li++) {
         x->lanes[2 * li].after = &x->released;
         x->lanes[2 * li].lag = x->W;
         x->lanes[2 * li + 1].after = &x->finalized;
         x->lanes[2 * li + 1].lag = 0;
     }
-    return true;
+    return &naive_ops_lags;
 }
 
 /* Pieces each way between the root and any peer. */
@@ -377,8 +381,8 @@ static collResult_t naive_exchange(struct naive_run *x)
                                                         &l->conn),
                                 res, out_lanes);
         }
-    struct coll_sched sched = {.comm = comm, .ops = naive_lags(x) ? &naive_ops_lags : &naive_ops,
-                               .ctx = x, .lanes = x->lanes, .nlanes = 2 * x->nlinks,
+    struct coll_sched sched = {.comm = comm, .ops = naive_sched_ops(x), .ctx = x,
+                               .lanes = x->lanes, .nlanes = 2 * x->nlinks,
                                .piece_bytes = x->slot_bytes, .last = true};
     res = coll_engine_run(&sched);
 out_lanes:

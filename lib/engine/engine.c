@@ -353,8 +353,10 @@ static collResult_t lane_take(struct coll_sched *s, struct coll_lane *l, bool *m
             l->lent_off = 0;
             l->take_known = false;
             *moved_p = true;
-            if (l->done == l->total)
+            if (l->done == l->total) {
+                s->active--;
                 lane_released(l);
+            }
             COLL_CHECK(lane_done(s, l, i, buf));
         }
     }
@@ -375,13 +377,17 @@ static inline collResult_t lane_issue(struct coll_sched *s, struct coll_lane *l,
                       : coll_exec_irecv_mh(l->comm, l->conn, buf, bytes, mh, req_p);
 }
 
-/* Posts (or starts) pieces of l while ready and within its window. */
+/* Posts (or starts) pieces of l, which has some left, while ready and within
+ * its window. */
 static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *moved_p)
 {
-    size_t window = lane_window(l);
+    /* The window (set by lane_slots) and the piece's lag first: most passes
+     * find a lane waiting on those. */
+    if (l->posted - l->done >= l->window || !lane_ready(s, l, l->posted))
+        return collSuccess;
     if (!l->deferred && !lane_turn(l))
         return collSuccess;
-    while (l->posted < l->total && l->posted - l->done < window && lane_ready(s, l, l->posted)) {
+    do {
         size_t i = l->posted, slot = i & l->mask;
         if (l->deferred) {
             struct coll_step *st = &l->steps[slot];
@@ -392,7 +398,7 @@ static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *m
             l->posted++;
             s->ops->start(s->ctx, l, i, st);
             *moved_p = true;
-            continue;
+            continue; /* to the loop's test */
         }
         struct coll_lane_slot *sl = &l->slot[slot];
         size_t bytes;
@@ -401,7 +407,8 @@ static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *m
         *moved_p = true;
         if (l->posted == l->total)
             lane_released(l);
-    }
+    } while (l->posted < l->total && l->posted - l->done < l->window &&
+             lane_ready(s, l, l->posted));
     return collSuccess;
 }
 
@@ -428,8 +435,10 @@ static collResult_t lane_complete(struct coll_sched *s, struct coll_lane *l, boo
         }
         l->done++;
         *moved_p = true;
-        if (l->done == l->total)
+        if (l->done == l->total) {
+            s->active--;
             lane_released(l);
+        }
         COLL_CHECK(lane_done(s, l, i, buf));
     }
     return collSuccess;
@@ -473,15 +482,11 @@ static bool lane_active(const struct coll_lane *l)
     return l->done < l->total;
 }
 
-/* Lanes still active, counted from `from` on (all before it are done). */
-static bool sched_finished(const struct coll_sched *s, int *from_p)
+/* Every lane is done (s->active counts those that are not), and so is the
+ * algorithm's own work. */
+static bool sched_finished(const struct coll_sched *s)
 {
-    while (*from_p < s->nlanes && !lane_active(&s->lanes[*from_p]))
-        (*from_p)++;
-    for (int k = *from_p; k < s->nlanes; k++)
-        if (lane_active(&s->lanes[k]))
-            return false;
-    return s->ops->finished == NULL || s->ops->finished(s->ctx);
+    return s->active == 0 && (s->ops->finished == NULL || s->ops->finished(s->ctx));
 }
 
 /* What a wait on connected lane l watches: its oldest piece in flight, or for
@@ -796,6 +801,7 @@ collResult_t coll_engine_run(struct coll_sched *s)
     for (int k = 0; k < s->nlanes; k++) {
         struct coll_lane *l = &s->lanes[k];
         l->mask = lane_slots(l) - 1;
+        l->window = lane_window(l); /* as lane_post reads it */
         if (l->total > 0 && !l->deferred)
             nslots += l->mask + 1;
     }
@@ -821,6 +827,7 @@ collResult_t coll_engine_run(struct coll_sched *s)
             if (s->lanes[k].total > 0 && s->lanes[k].is_send == (pass == 1))
                 order[norder++] = k;
     s->multi_comm = false;
+    s->active = 0;
     for (int k = 0, at = 0; k < s->nlanes; k++) {
         struct coll_lane *l = &s->lanes[k];
         if (l->total > 0 && !l->deferred) {
@@ -829,17 +836,17 @@ collResult_t coll_engine_run(struct coll_sched *s)
         }
         COLL_CHECK_GOTO(lane_start(s, l), res, out);
         s->multi_comm |= l->comm != s->comm;
+        s->active += lane_active(l);
     }
     if (s->last)
         coll_fiber_last(s->comm, s);
     struct coll_wait w;
     coll_exec_wait_init(s->comm, &w, s->piece_bytes);
-    int first_active = 0;
     /* The last idle pass's wait set, reused while nothing moves (a spin costs a
      * pass and a look at the clock, not a rebuild of the set). */
     struct coll_comm *wcomm = s->comm;
     int np = -1;
-    while (!sched_finished(s, &first_active)) {
+    while (!sched_finished(s)) {
         bool moved = false;
         if (np >= 0) {
             /* The last pass moved nothing, so only what lanes wait on can have
@@ -862,7 +869,7 @@ collResult_t coll_engine_run(struct coll_sched *s)
             }
             np = -1;
             w.idle_since = 0;
-            if (sched_finished(s, &first_active))
+            if (sched_finished(s))
                 break;
         }
         for (int j = 0; j < norder; j++) {

@@ -57,7 +57,8 @@ struct coll_lane {
     struct coll_comm *comm;  /* NULL: the schedule's (a group spans communicators) */
     bool is_send;
     size_t total;            /* pieces */
-    size_t window;           /* pieces in flight; 0 or > max: COLL_LANE_MAX_WINDOW */
+    size_t window;           /* pieces in flight; 0 or > max: COLL_LANE_MAX_WINDOW (the
+                              * engine writes the one it uses here) */
     int tag;                 /* the algorithm's, to tell its lanes apart */
     /* Receives only: take pieces where the transport lends them (recv_peek), in
      * order under ready(), without posting receives or a window. */
@@ -136,6 +137,7 @@ struct coll_sched {
      * the others at once, and each of these once its lane has posted all. */
     bool last;
     bool multi_comm;         /* the engine's: some lane is on another comm */
+    int active;              /* the engine's: lanes with pieces not done */
 };
 
 /* Runs s to completion (or the first failure, described and poisoning the
