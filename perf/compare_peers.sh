@@ -30,6 +30,11 @@
 #                every repetition), and a last table gives the best times and their ratio
 #                before / after per (n, size) (above 1: faster now) with the lowest; the change is then judged in one sitting, beside the peers
 #        NO_PEERS=1  ours only (with BASE_BUILD: before against after, no peers built or run)
+#        BIND=1  each rank of ours bound to core COLL_RANK % (cores) with taskset: where the
+#                kernel places the ranks changes from run to run (by 30-50% with 8 ranks on 2
+#                cores), which otherwise swamps a before / after comparison
+#        STAT=best|median  the statistic of the BASE_BUILD table over the REPS runs (default
+#                best; median with BIND=1 is the steadier)
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$here/build}
@@ -119,11 +124,17 @@ run() { # name n size cmd...
     timeout 600 "$@" >> "$log" 2>&1 || echo "# $name n=$n size=$size failed rc=$?" >&2
 }
 
+BIND=${BIND:-0}
+STAT=${STAT:-best}
+case $STAT in best | median) ;; *) echo "STAT must be best or median, not '$STAT'" >&2; exit 2 ;; esac
 run_ours_one() { # build name-suffix n size bytes [allreduce_perf args]
     local bd=$1 suffix=$2 n=$3 size=$4 b=$5
     shift 5
+    local bind=()
+    # shellcheck disable=SC2016
+    [ "$BIND" = 1 ] && bind=(sh -c 'exec taskset -c $((COLL_RANK % $(nproc))) "$0" "$@"')
     # shellcheck disable=SC2046
-    run "$ours$suffix" "$n" "$size" "$bd/tools/collrun" -n "$n" --no-prefix -- \
+    run "$ours$suffix" "$n" "$size" "$bd/tools/collrun" -n "$n" --no-prefix -- "${bind[@]}" \
         "$bd/perf/allreduce_perf" -b "$b" -e "$b" "$@" $(iters_for "$size")
 }
 rep_no=0 # the repetition under way: BASE_BUILD runs first on the even ones
@@ -193,8 +204,16 @@ besttime() { # lowest time (us) over the reps
     [ -f "$log" ] || { echo "-"; return; }
     awk -v s="$b" '$1 == s {if (m == "" || $6 + 0 < m) m = $6 + 0} END {if (m == "") print "-"; else print m}' "$log"
 }
+mediantime() { # median time (us) over the reps
+    local log="$OUT/$1.n$2.$3.log" b
+    b=$(bytes_of "$3")
+    [ -f "$log" ] || { echo "-"; return; }
+    awk -v s="$b" '$1 == s {print $6 + 0}' "$log" | sort -g |
+        awk '{v[NR] = $1} END {if (NR == 0) print "-"; else print v[int((NR + 1) / 2)]}'
+}
+stattime() { if [ "$STAT" = median ]; then mediantime "$@"; else besttime "$@"; fi; }
 
-# After / before (BASE_BUILD): one row per (n, size) with the best time of each (busbw has
+# After / before (BASE_BUILD): one row per (n, size) with the best (STAT) time of each (busbw has
 # two decimals, too few at small sizes), the speed ratio before time / after time (above 1:
 # faster now), and the lowest ratio last.
 base_table() {
@@ -202,13 +221,15 @@ base_table() {
     echo
     echo "## This build against BASE_BUILD ($BASE_BUILD), the same runs in turn"
     echo
+    echo "$STAT time of $REPS runs each$([ "$BIND" = 1 ] && echo ", ranks bound to cores")"
+    echo
     echo "| n | size | before us | after us | before / after | -R 1 before us | -R 1 after us | before / after |"
     echo "|---:|---:|---:|---:|---:|---:|---:|---:|"
     local lo=99 at="" n size a z r ma mz mr x
     for n in $NS; do
         for size in $SIZES; do
-            a=$(besttime "${ours}_base" "$n" "$size"); z=$(besttime "$ours" "$n" "$size")
-            ma=$(besttime "${ours}_mem_base" "$n" "$size"); mz=$(besttime "${ours}_mem" "$n" "$size")
+            a=$(stattime "${ours}_base" "$n" "$size"); z=$(stattime "$ours" "$n" "$size")
+            ma=$(stattime "${ours}_mem_base" "$n" "$size"); mz=$(stattime "${ours}_mem" "$n" "$size")
             r=$(frac "$a" "$z"); mr=$(frac "$ma" "$mz")
             for x in $r $mr; do
                 if [ "$x" != "-" ] && awk -v x="$x" -v l="$lo" 'BEGIN {exit !(x < l)}'; then

@@ -15,6 +15,14 @@
  *              step; the engine keeps the steps until the worker lets go.
  *   abort      collCommAbort from another thread ends a wait blocked on a step
  *              (it wakes the poll set), after the step is let go.
+ *   lags       2 ranks exchange 64 pieces each way as two lanes whose order is
+ *              given by lags alone (coll_lane.after): a send runs at most 3
+ *              pieces ahead of the receives, a receive at most 5 ahead of the
+ *              sends; every piece is checked to start only when its lag allows,
+ *              and to arrive whole, in order.
+ *   round      coll_engine_round: an exchange both ways, one way only, nothing,
+ *              four transfers on one connection (they keep their order), and
+ *              one of 17 transfers, refused naming the count.
  *   pollset    the poll set: a wait on 100 descriptors wakes on the last one; a
  *              ready descriptor nobody waits for leaves the set; a descriptor
  *              number closed and reused is waited on correctly; a wait on one
@@ -223,6 +231,149 @@ static void body_pipeline(struct launch_rank *lr)
     worker_stop(&w);
     free(x.data);
     free(x.staging);
+}
+
+/* --- lags: two lanes ordered by counts alone --- */
+
+enum { LAG_RECV, LAG_SEND };
+#define SEND_LAG 3 /* send i once more than i - 3 pieces are received */
+#define RECV_LAG 5 /* post receive i once more than i - 5 pieces are sent */
+
+struct lag_ctx {
+    struct launch_rank *lr;
+    struct coll_lane lane[2];
+    unsigned char *out, *in;
+    int early; /* pieces that started before their lag allowed */
+    size_t next[2];
+};
+
+static void lag_buf(void *ctx, const struct coll_lane *l, size_t i, void **p, size_t *bytes)
+{
+    struct lag_ctx *x = ctx;
+    const struct coll_lane *other = &x->lane[1 - l->tag];
+    size_t lag = l->tag == LAG_SEND ? SEND_LAG : RECV_LAG;
+    if (i >= lag && other->done + lag <= i) /* asked as the piece starts */
+        x->early++;
+    *bytes = PIECE_BYTES;
+    *p = (l->tag == LAG_SEND ? x->out : x->in) + i * PIECE_BYTES;
+}
+
+static collResult_t lag_done(void *ctx, struct coll_lane *l, size_t i, void *p)
+{
+    struct lag_ctx *x = ctx;
+    (void)p;
+    LR_CHECK(x->lr, i == x->next[l->tag], "lane %d: piece %zu done, expected %zu", l->tag, i,
+             x->next[l->tag]);
+    x->next[l->tag] = i + 1;
+    return collSuccess;
+}
+
+static const struct coll_sched_ops lag_ops = {.buf = lag_buf, .done = lag_done};
+
+static void body_lags(struct launch_rank *lr)
+{
+    struct coll_comm *comm = lr->comm;
+    struct lag_ctx x = {.lr = lr};
+    REQUIRE((x.out = malloc(PIECES * PIECE_BYTES)) != NULL);
+    REQUIRE((x.in = calloc(PIECES, PIECE_BYTES)) != NULL);
+    for (size_t i = 0; i < PIECES; i++)
+        for (size_t k = 0; k < PIECE_BYTES; k++)
+            x.out[i * PIECE_BYTES + k] = pattern(i + (size_t)lr->rank * PIECES, k);
+    x.lane[LAG_RECV] = (struct coll_lane){.total = PIECES, .tag = LAG_RECV, .window = 8,
+                                          .after = &x.lane[LAG_SEND].done, .lag = RECV_LAG};
+    x.lane[LAG_SEND] = (struct coll_lane){.is_send = true, .total = PIECES, .tag = LAG_SEND,
+                                          .after = &x.lane[LAG_RECV].done, .lag = SEND_LAG};
+    coll_exec_begin(comm, "engine lags");
+    int peer = 1 - lr->rank;
+    for (int pass = 0; pass < 2; pass++) /* rank 0 connects first, rank 1 accepts first */
+        LR_CHECK_RES(lr, coll_transport_get_conn(comm, peer, (pass == 0) == (lr->rank == 0),
+                                                 &x.lane[(pass == 0) == (lr->rank == 0)
+                                                             ? LAG_SEND : LAG_RECV].conn),
+                     collSuccess, comm);
+    struct coll_sched s = {.comm = comm, .ops = &lag_ops, .ctx = &x, .lanes = x.lane,
+                           .nlanes = 2, .piece_bytes = PIECE_BYTES};
+    LR_CHECK_RES(lr, coll_engine_run(&s), collSuccess, comm);
+    LR_CHECK(lr, x.early == 0, "%d pieces started before their lag allowed", x.early);
+    LR_CHECK(lr, x.next[LAG_RECV] == PIECES && x.next[LAG_SEND] == PIECES,
+             "pieces done: %zu received, %zu sent", x.next[LAG_RECV], x.next[LAG_SEND]);
+    size_t wrong = 0;
+    for (size_t i = 0; i < PIECES; i++)
+        for (size_t k = 0; k < PIECE_BYTES; k++)
+            wrong += x.in[i * PIECE_BYTES + k] != pattern(i + (size_t)peer * PIECES, k);
+    LR_CHECK(lr, wrong == 0, "%zu bytes arrived wrong", wrong);
+    free(x.out);
+    free(x.in);
+}
+
+/* --- round --- */
+
+/* Bytes of buf[0..len) that are not message m's pattern. */
+static size_t round_wrong(const unsigned char *buf, size_t len, int m)
+{
+    size_t wrong = 0;
+    for (size_t k = 0; k < len; k++)
+        wrong += buf[k] != pattern((size_t)m, k);
+    return wrong;
+}
+
+static void body_round(struct launch_rank *lr)
+{
+    struct coll_comm *comm = lr->comm;
+    int peer = 1 - lr->rank;
+    enum { B = 3000 };
+    unsigned char out[4][B], in[4][B];
+    for (int m = 0; m < 4; m++)
+        for (size_t k = 0; k < B; k++)
+            out[m][k] = pattern((size_t)(m + 4 * lr->rank), k);
+    struct coll_conn *sc = NULL, *rc = NULL;
+    coll_exec_begin(comm, "engine round");
+    for (int pass = 0; pass < 2; pass++) /* rank 0 connects first, rank 1 accepts first */
+        if ((pass == 0) == (lr->rank == 0))
+            LR_CHECK_RES(lr, coll_transport_get_conn(comm, peer, true, &sc), collSuccess, comm);
+        else
+            LR_CHECK_RES(lr, coll_transport_get_conn(comm, peer, false, &rc), collSuccess, comm);
+
+    /* Both ways, of different sizes (rank 0 sends B, rank 1 sends 100). */
+    memset(in, 0, sizeof(in));
+    size_t mine = lr->rank == 0 ? B : 100, theirs = lr->rank == 0 ? 100 : B;
+    struct coll_xfer both[2] = {{.conn = rc, .buf = in[0], .bytes = theirs},
+                                {.conn = sc, .buf = out[0], .bytes = mine, .is_send = true}};
+    LR_CHECK_RES(lr, coll_engine_round(comm, both, 2, false), collSuccess, comm);
+    LR_CHECK(lr, round_wrong(in[0], theirs, 4 * peer) == 0 && (theirs == B || in[0][theirs] == 0),
+             "both ways: the message arrived wrong");
+
+    /* One way: rank 0 sends, rank 1 receives; the other side of each is empty
+     * and needs no connection. */
+    memset(in, 0, sizeof(in));
+    struct coll_xfer one[2] = {
+        {.conn = lr->rank == 1 ? rc : NULL, .buf = in[1], .bytes = lr->rank == 1 ? B : 0},
+        {.conn = lr->rank == 0 ? sc : NULL, .buf = out[1], .bytes = lr->rank == 0 ? B : 0,
+         .is_send = true}};
+    LR_CHECK_RES(lr, coll_engine_round(comm, one, 2, false), collSuccess, comm);
+    if (lr->rank == 1)
+        LR_CHECK(lr, round_wrong(in[1], B, 1) == 0, "one way: the message arrived wrong");
+
+    /* Nothing at all: done at once. */
+    struct coll_xfer none[1] = {{.conn = NULL, .buf = NULL, .bytes = 0, .is_send = true}};
+    LR_CHECK_RES(lr, coll_engine_round(comm, none, 1, false), collSuccess, comm);
+    LR_CHECK_RES(lr, coll_engine_round(comm, none, 0, false), collSuccess, comm);
+
+    /* Four on one connection: two receives, then two sends; the messages keep
+     * their order on it. */
+    memset(in, 0, sizeof(in));
+    struct coll_xfer four[4] = {{.conn = rc, .buf = in[2], .bytes = 500},
+                                {.conn = rc, .buf = in[3], .bytes = B},
+                                {.conn = sc, .buf = out[2], .bytes = 500, .is_send = true},
+                                {.conn = sc, .buf = out[3], .bytes = B, .is_send = true}};
+    LR_CHECK_RES(lr, coll_engine_round(comm, four, 4, false), collSuccess, comm);
+    size_t wrong = round_wrong(in[2], 500, 2 + 4 * peer) + round_wrong(in[3], B, 3 + 4 * peer);
+    LR_CHECK(lr, wrong == 0, "four transfers: %zu bytes wrong", wrong);
+
+    /* More transfers than a round holds: refused, naming the count. */
+    struct coll_xfer many[17] = {{0}};
+    LR_CHECK_RES(lr, coll_engine_round(comm, many, 17, false), collInternalError, comm);
+    LR_CHECK(lr, strstr(collGetLastError(comm), "17 transfers") != NULL, "last error: %s",
+             collGetLastError(comm));
 }
 
 /* --- fail, timeout, abort: one rank, a lane of one deferred step --- */
@@ -446,6 +597,8 @@ int main(void)
 {
     int rc = 0;
     rc |= launch_run(2, body_pipeline, NULL);
+    rc |= launch_run(2, body_lags, NULL);
+    rc |= launch_run(2, body_round, NULL);
     rc |= launch_run(1, body_fail, NULL);
     rc |= launch_run(1, body_timeout, NULL);
     rc |= run_abort();

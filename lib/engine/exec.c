@@ -235,6 +235,36 @@ static void exec_timeout(struct coll_comm *comm, int64_t now, struct coll_req *c
     coll_comm_poison(comm, collTimeout);
 }
 
+#define EXEC_YIELDS_EMPTY 8            /* yields in a row that ran nothing else */
+#define EXEC_YIELD_RAN_NS (2 * 1000)   /* a yield this long let something else run */
+#define EXEC_YIELDS_AFTER_RAN 1024     /* ... and then this many more, after one that did */
+
+/* Yields the core while a wait spins.  With more ranks than cores, always.
+ * With a core per rank a yield that finds nothing else to run is a system call
+ * on the latency path (a small message that arrives meanwhile waits for it),
+ * so once EXEC_YIELDS_EMPTY yields in a row ran nothing else, the first idle
+ * call of a wait only spins, and the every-64th call's yield goes on measuring.
+ * One that lets something run (the peer on the same core: a busy machine,
+ * ranks bound to one core) turns the first call's yield back on for at least
+ * EXEC_YIELDS_AFTER_RAN more yields: there a yield that runs nothing is only
+ * the scheduler keeping this rank on for now. */
+static void exec_yield(struct coll_comm *comm, int64_t now, bool fresh)
+{
+    if (comm->oversubscribed) {
+        sched_yield();
+        return;
+    }
+    int empty = atomic_load_explicit(&comm->idle_yields_empty, memory_order_relaxed);
+    if (fresh && empty >= EXEC_YIELDS_EMPTY)
+        return;
+    sched_yield();
+    bool ran_other = coll_now_ns() - now >= EXEC_YIELD_RAN_NS;
+    atomic_store_explicit(&comm->idle_yields_empty,
+                          ran_other ? -EXEC_YIELDS_AFTER_RAN
+                                    : empty < EXEC_YIELDS_EMPTY ? empty + 1 : empty,
+                          memory_order_relaxed);
+}
+
 collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
                             struct coll_req *const *reqs, int nreqs)
 {
@@ -285,7 +315,7 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         spin = comm->spin_cheap_ns;
     if (now - idle_since < spin) {
         if (comm->spin_yield)
-            sched_yield();
+            exec_yield(comm, now, fresh);
         return collSuccess;
     }
     /* Block until a descriptor is ready, the deadline, a wake-up or a 100 ms

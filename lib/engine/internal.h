@@ -89,6 +89,9 @@ struct coll_comm {
     int64_t spin_ns;               /* busy-poll this long before blocking */
     int64_t spin_cheap_ns;         /* the same over transports with cheap_poll */
     bool spin_yield;               /* yield the core while spinning */
+    /* Yields in a row that found nothing else to run on the core (exec.c);
+     * past a few, a wait's first idle call spins instead. */
+    atomic_int idle_yields_empty;
     bool oversubscribed;           /* more ranks on this host than cores */
     int local_ranks;               /* ranks on this host (same host hash) */
     int cores;                     /* online cores of this host */
