@@ -188,18 +188,13 @@ static bool naive_fold(struct naive_run *x)
     return moved;
 }
 
-static bool naive_can_recv(const struct naive_run *x, size_t i)
-{
-    return !x->folds || i < x->released + x->W;
-}
-
+/* Whether the root of an allgather or reduce-scatter may send piece i to
+ * l->peer (the other sends and every receive wait on lags: naive_lags). */
 static bool naive_can_send(const struct naive_run *x, const struct naive_link *l, size_t i)
 {
     if (!x->is_root)
         return true;
     switch (x->f) {
-    case COLL_FUNC_ALLREDUCE:
-        return i < x->finalized;
     case COLL_FUNC_REDUCE_SCATTER:
         return (size_t)l->peer * x->kb + i < x->finalized;
     case COLL_FUNC_ALLGATHER: {
@@ -255,7 +250,7 @@ static void naive_send_piece(const struct naive_run *x, const struct naive_link 
 static bool naive_lane_ready(void *ctx, const struct coll_lane *el, size_t i)
 {
     const struct naive_run *x = ctx;
-    return el->is_send ? naive_can_send(x, &x->links[el->tag / 2], i) : naive_can_recv(x, i);
+    return !el->is_send || naive_can_send(x, &x->links[el->tag / 2], i);
 }
 
 static void naive_lane_buf(void *ctx, const struct coll_lane *el, size_t i, void **p_p,
@@ -289,33 +284,32 @@ static const struct coll_sched_ops naive_ops = {
     .ready = naive_lane_ready, .buf = naive_lane_buf, .progress = naive_progress,
     .finished = naive_finished,
 };
-/* Allreduce, reduce and broadcast: what naive_can_recv and naive_can_send say
- * is a lag behind a count (naive_lags), which the engine checks itself; and a
- * rank that folds nothing has no work of its own, so that a small call there
- * is a one-shot schedule (a piece each way). */
+/* Allreduce, reduce and broadcast need no ready(): their rules are all lags
+ * (naive_sched_ops); and a rank that folds nothing has no work of its own, so
+ * that a small call there is a one-shot schedule (a piece each way). */
 static const struct coll_sched_ops naive_ops_lags = {
     .buf = naive_lane_buf, .progress = naive_progress, .finished = naive_finished,
 };
 static const struct coll_sched_ops naive_ops_plain = {.buf = naive_lane_buf};
 
-/* The ops for x's schedule, with the lanes' lags where they stand for ready():
- * at the root of a reduction, slice i is received once its slots are free
- * (i < released + W) and, for allreduce, sent once final (i < finalized);
- * every other lane of these three collectives goes at once. */
+/* The lanes' lags, which the engine checks itself, and the ops for x's
+ * schedule.  At the root of a reduction slice i is received once its slots are
+ * free (i < released + W) and, for allreduce, sent once final
+ * (i < finalized); the root of an allgather or reduce-scatter decides its
+ * sends in naive_can_send; every other lane goes at once. */
 static const struct coll_sched_ops *naive_sched_ops(struct naive_run *x)
 {
-    if (x->f != COLL_FUNC_ALLREDUCE && x->f != COLL_FUNC_REDUCE &&
-        x->f != COLL_FUNC_BROADCAST)
-        return &naive_ops;
-    if (!x->folds)
-        return &naive_ops_plain;
-    for (int li = 0; li < x->nlinks; li++) {
+    for (int li = 0; li < x->nlinks && x->folds; li++) {
         x->lanes[2 * li].after = &x->released;
         x->lanes[2 * li].lag = x->W;
-        x->lanes[2 * li + 1].after = &x->finalized;
-        x->lanes[2 * li + 1].lag = 0;
+        if (x->f == COLL_FUNC_ALLREDUCE) {
+            x->lanes[2 * li + 1].after = &x->finalized;
+            x->lanes[2 * li + 1].lag = 0;
+        }
     }
-    return &naive_ops_lags;
+    if (x->f == COLL_FUNC_ALLGATHER || x->f == COLL_FUNC_REDUCE_SCATTER)
+        return &naive_ops;
+    return x->folds ? &naive_ops_lags : &naive_ops_plain;
 }
 
 /* Pieces each way between the root and any peer. */

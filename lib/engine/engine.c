@@ -381,7 +381,7 @@ static inline collResult_t lane_issue(struct coll_sched *s, struct coll_lane *l,
  * its window. */
 static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *moved_p)
 {
-    /* The window (set by lane_slots) and the piece's lag first: most passes
+    /* The window (fixed at start) and the piece's lag first: most passes
      * find a lane waiting on those. */
     if (l->posted - l->done >= l->window || !lane_ready(s, l, l->posted))
         return collSuccess;
@@ -626,7 +626,7 @@ static void lane_free_steps(struct coll_lane *l)
  * smaller) rounded up to a power of two. */
 static size_t lane_slots(const struct coll_lane *l)
 {
-    size_t w = lane_window(l), n = 1;
+    size_t w = l->window, n = 1;
     if (l->total < w)
         w = l->total;
     while (n < w)
@@ -800,8 +800,8 @@ collResult_t coll_engine_run(struct coll_sched *s)
     size_t nslots = 0;
     for (int k = 0; k < s->nlanes; k++) {
         struct coll_lane *l = &s->lanes[k];
+        l->window = lane_window(l); /* the one lane_slots and lane_post read */
         l->mask = lane_slots(l) - 1;
-        l->window = lane_window(l); /* as lane_post reads it */
         if (l->total > 0 && !l->deferred)
             nslots += l->mask + 1;
     }
