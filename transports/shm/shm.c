@@ -169,6 +169,7 @@ struct shm_conn {
     bool local;            /* the peer is in this process: bells, no socket */
     uint64_t link;         /* local sender: the link until the receiver took it; 0 then */
     bool ledgered;         /* sender: the segment is in the host's ledger */
+    bool mapped_in;        /* the slots' page tables are filled (shm_map_in) */
     struct shm_bell *own, *peer_bell; /* local: this context's bell, the peer's */
     atomic_bool shut;      /* shutdown() was called */
     unsigned idle_tests;
@@ -1071,6 +1072,26 @@ static bool shm_progress_recv(struct shm_conn *c)
     return moved;
 }
 
+/* A message this large or larger maps the whole ring in (shm_map_in). */
+#define SHM_MAP_IN_BYTES (16 * 1024)
+
+/* Fills this side's page tables for all the slots at once, the first time a
+ * message of SHM_MAP_IN_BYTES or more passes.  The pages themselves exist from
+ * the start (lib/base/memfd.c reserves them), but each mapping takes a fault
+ * per 4 KiB page the first time it touches it: about 1 us on this host, so
+ * the first trips of large messages round a 4 MiB ring took 3-4 times as long
+ * as later ones (and the planner's init probe measured that instead of the
+ * copy).  One madvise costs about the same as the faults but is paid in one
+ * place, once; pairs that only ever carry small messages touch a page per slot
+ * and never pay it.  A kernel without MADV_POPULATE_* (before 5.14) refuses
+ * it, and the faults come as before. */
+static void shm_map_in(struct shm_conn *c)
+{
+    c->mapped_in = true;
+    (void)madvise(c->slots, (size_t)c->nslots * c->slot_bytes,
+                  c->base.is_send ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+}
+
 static collResult_t shm_post(struct coll_conn *base, void *buf, size_t n, struct coll_req **r_p)
 {
     struct shm_conn *c = coll_container_of(base, struct shm_conn, base);
@@ -1080,6 +1101,8 @@ static collResult_t shm_post(struct coll_conn *base, void *buf, size_t n, struct
         COLL_WARN("shm: more than %d requests in flight to rank %d", SHM_REQ_CAP, base->peer);
         return collInternalError;
     }
+    if (n >= SHM_MAP_IN_BYTES && !c->mapped_in)
+        shm_map_in(c);
     struct shm_req *r = &c->reqs[c->tail % SHM_REQ_CAP];
     *r = (struct shm_req){.base.conn = base, .buf = buf, .size = n};
     c->tail++;
@@ -1187,6 +1210,8 @@ static collResult_t shm_recv_peek(struct coll_conn *base, size_t want, const voi
         COLL_WARN("shm: zero-copy receive while receives are queued from rank %d", base->peer);
         return collInternalError;
     }
+    if (want >= SHM_MAP_IN_BYTES && !c->mapped_in)
+        shm_map_in(c);
     bool gone = c->peer_gone;
     if (coll_slot_ring_peek(&c->rx, want, p, len_p) == COLL_SLOT_BAD)
         shm_bad_slot(c, *len_p);
