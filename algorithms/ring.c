@@ -36,11 +36,16 @@
 #include "pattern.h"
 #include "pipe.h"
 #include "reduce.h"
+#include "ring.h"
 
 struct ring_ctx {
     struct coll_comm *comm;
     const struct coll_args *a;
-    int n, r;
+    int n, r;            /* ranks in the ring, this rank's place in it */
+    const int *members;  /* place -> rank (struct coll_ring_group) */
+    int nsegs;           /* allreduce: segments 0..nsegs-1 hold data, the rest none */
+    int step0;           /* the first step this run makes (a half of an allreduce) */
+    int avg_div;         /* collAvg: the divisor at the last reduce-scatter step; 0 none */
     size_t esize;
     size_t K;            /* slices per segment */
     int nrs;             /* reduce-scatter steps: n-1, or 0 for allgather */
@@ -54,13 +59,16 @@ struct ring_ctx {
     char *partial[2];    /* reduce_scatter: double buffer of partial blocks */
 };
 
+/* Segment j: a block of the rank at place j (allgather, reduce_scatter: the
+ * buffer is in rank order), else the j-th of nsegs balanced parts, empty from
+ * nsegs on. */
 static void ring_seg(const struct ring_ctx *x, int j, size_t *off_p, size_t *len_p)
 {
     if (x->blocks) {
-        *off_p = (size_t)j * x->a->count;
+        *off_p = (size_t)x->members[j] * x->a->count;
         *len_p = x->a->count;
     } else {
-        coll_ring_chunk(x->a->count, x->n, j, off_p, len_p);
+        coll_ring_segment(x->a->count, x->nsegs, j, off_p, len_p);
     }
 }
 
@@ -68,7 +76,7 @@ static void ring_seg(const struct ring_ctx *x, int j, size_t *off_p, size_t *len
 static void ring_where(const struct ring_ctx *x, size_t i, bool send, int *step_p, int *seg_p,
                        size_t *off_p, size_t *len_p)
 {
-    int s = (int)(i / x->K);
+    int s = x->step0 + (int)(i / x->K);
     size_t k = i % x->K;
     int seg;
     if (s < x->nrs) {
@@ -152,8 +160,8 @@ static void ring_reduce_piece(struct ring_ctx *x, size_t i, int s, int seg, size
     else /* where ring_recv_buf lands it */
         dst = x->partial[s & 1] + ring_koff(x, i, seg) * x->esize + boff;
     coll_reduce(x->a->op, x->a->dtype, dst, src, x->in + off * x->esize + boff, n);
-    if (s == x->nrs - 1 && x->a->op == collAvg)
-        coll_reduce_div(x->a->dtype, dst, dst, n, x->n);
+    if (s == x->nrs - 1 && x->a->op == collAvg && x->avg_div > 0)
+        coll_reduce_div(x->a->dtype, dst, dst, n, x->avg_div);
 }
 
 static void ring_process(void *vctx, size_t i, void *recvd)
@@ -180,14 +188,14 @@ static void ring_consume(void *vctx, size_t i, size_t boff, const void *src, siz
         ring_reduce_piece(x, i, s, seg, off, boff, src, len / x->esize);
 }
 
-static collResult_t ring_conns(struct coll_comm *comm, struct coll_conn **send_p,
+static collResult_t ring_conns(const struct ring_ctx *x, struct coll_conn **send_p,
                                struct coll_conn **recv_p)
 {
     int prev, next;
-    coll_ring_neighbors(comm->rank, comm->nranks, &prev, &next);
+    coll_ring_neighbors(x->r, x->n, &prev, &next);
     /* Receive side first: the connect to next completes in its backlog. */
-    COLL_CHECK(coll_transport_get_conn(comm, next, true, send_p));
-    COLL_CHECK(coll_transport_get_conn(comm, prev, false, recv_p));
+    COLL_CHECK(coll_transport_get_conn(x->comm, x->members[next], true, send_p));
+    COLL_CHECK(coll_transport_get_conn(x->comm, x->members[prev], false, recv_p));
     return collSuccess;
 }
 
@@ -200,9 +208,10 @@ static size_t ring_slice_elems(const struct coll_comm *comm, size_t esize)
 /* Runs the ring pipeline described by x (nrs reduce-scatter steps, then
  * nsteps - nrs allgather steps); reg (reg_bytes), when not NULL, is the user
  * buffer that pieces are sent from and land in as they are (pipe.h). */
-static collResult_t ring_run(struct ring_ctx *x, int nsteps, void *reg, size_t reg_bytes)
+static collResult_t ring_run(struct ring_ctx *x, int nsteps, void *reg, size_t reg_bytes,
+                             bool last)
 {
-    struct coll_pipe p = {.last = true, .comm = x->comm, .total = (size_t)nsteps * x->K,
+    struct coll_pipe p = {.last = last, .comm = x->comm, .total = (size_t)nsteps * x->K,
                           .send_after_recv = true, .send_lag = x->K, .recv_lag = x->K,
                           .window = x->slots ? x->nslots : 8, .ctx = x,
                           .send_buf = ring_send_buf, .recv_buf = ring_recv_buf,
@@ -212,8 +221,14 @@ static collResult_t ring_run(struct ring_ctx *x, int nsteps, void *reg, size_t r
     size_t off0, len0;
     ring_seg(x, 0, &off0, &len0);
     p.piece_bytes = (len0 + x->K - 1) / x->K * x->esize;
-    COLL_CHECK(ring_conns(x->comm, &p.send_conn, &p.recv_conn));
+    COLL_CHECK(ring_conns(x, &p.send_conn, &p.recv_conn));
     return coll_pipe_run(&p);
+}
+
+struct coll_ring_group coll_ring_flat(const struct coll_comm *comm)
+{
+    return (struct coll_ring_group){.n = comm->nranks, .pos = comm->hosts.pos[comm->rank],
+                                    .members = comm->hosts.order};
 }
 
 static collResult_t ring_allgather_impl(struct coll_comm *comm, const void *in, void *out,
@@ -226,13 +241,14 @@ static collResult_t ring_allgather_impl(struct coll_comm *comm, const void *in, 
         memcpy(own, in, count * esize);
     if (n == 1 || count == 0)
         return collSuccess;
+    struct coll_ring_group g = coll_ring_flat(comm);
     struct coll_args a = {.sendbuf = in, .recvbuf = out, .count = count, .dtype = dtype};
-    struct ring_ctx x = {.comm = comm, .a = &a, .n = n, .r = r, .esize = esize, .nrs = 0,
-                         .blocks = true, .in = in, .out = out};
+    struct ring_ctx x = {.comm = comm, .a = &a, .n = n, .r = g.pos, .members = g.members,
+                         .esize = esize, .nrs = 0, .blocks = true, .in = in, .out = out};
     x.K = coll_slices(count, ring_slice_elems(comm, esize));
     /* Every piece is sent from the output and lands in it as it is. */
     size_t total = (size_t)n * count * esize;
-    return ring_run(&x, n - 1, out, total);
+    return ring_run(&x, n - 1, out, total, true);
 }
 
 static collResult_t ring_allgather(struct coll_comm *comm, const struct coll_args *a)
@@ -240,21 +256,21 @@ static collResult_t ring_allgather(struct coll_comm *comm, const struct coll_arg
     return ring_allgather_impl(comm, a->sendbuf, a->recvbuf, a->count, a->dtype);
 }
 
-static collResult_t ring_allreduce(struct coll_comm *comm, const struct coll_args *a)
+/* Steps [step0, step0 + nsteps) of an allreduce over g, its count cut into
+ * nsegs segments; collAvg divides by avg_div at the last reduce-scatter step. */
+static collResult_t ring_allreduce_steps(struct coll_comm *comm, const struct coll_args *a,
+                                         const struct coll_ring_group *g, int nsegs,
+                                         int avg_div, int step0, int nsteps, bool last)
 {
-    size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
-    int n = comm->nranks;
-    if (n == 1 || a->count == 0) {
-        if (a->recvbuf != a->sendbuf && bytes > 0)
-            memcpy(a->recvbuf, a->sendbuf, bytes);
-        return collSuccess;
-    }
-    struct ring_ctx x = {.comm = comm, .a = a, .n = n, .r = comm->rank, .esize = esize,
+    size_t esize = coll_dtype_size(a->dtype);
+    int n = g->n;
+    struct ring_ctx x = {.comm = comm, .a = a, .n = n, .r = g->pos, .members = g->members,
+                         .nsegs = nsegs, .step0 = step0, .avg_div = avg_div, .esize = esize,
                          .nrs = n - 1, .in = a->sendbuf, .out = a->recvbuf};
     size_t off0, len0;
-    coll_ring_chunk(a->count, n, 0, &off0, &len0);
+    coll_ring_chunk(a->count, nsegs, 0, &off0, &len0);
     x.K = coll_slices(len0, ring_slice_elems(comm, esize));
-    if (a->sendbuf == a->recvbuf) {
+    if (a->sendbuf == a->recvbuf && step0 < x.nrs) {
         /* In place: our own contribution sits where a received slice would land,
          * so slices land in slots and are reduced into the buffer from there. */
         size_t slice = (len0 + x.K - 1) / x.K;
@@ -262,7 +278,61 @@ static collResult_t ring_allreduce(struct coll_comm *comm, const struct coll_arg
         x.slot_bytes = slice * esize;
         COLL_CHECK(coll_comm_scratch(comm, x.nslots * x.slot_bytes, (void **)&x.slots));
     }
-    return ring_run(&x, 2 * (n - 1), NULL, 0);
+    return ring_run(&x, nsteps, NULL, 0, last);
+}
+
+/* Whether an allreduce of a over g has nothing to move; then the output is set. */
+static bool ring_allreduce_trivial(const struct coll_args *a, int n)
+{
+    size_t bytes = a->count * coll_dtype_size(a->dtype);
+    if (n > 1 && a->count > 0)
+        return false;
+    if (a->recvbuf != a->sendbuf && bytes > 0)
+        memcpy(a->recvbuf, a->sendbuf, bytes);
+    return true;
+}
+
+collResult_t coll_ring_allreduce_group(struct coll_comm *comm, const struct coll_args *a,
+                                       const struct coll_ring_group *g, int avg_div, bool last)
+{
+    if (ring_allreduce_trivial(a, g->n)) {
+        if (a->op == collAvg && avg_div > 1 && a->count > 0)
+            coll_reduce_div(a->dtype, a->recvbuf, a->recvbuf, a->count, avg_div);
+        return collSuccess;
+    }
+    return ring_allreduce_steps(comm, a, g, g->n, avg_div, 0, 2 * (g->n - 1), last);
+}
+
+collResult_t coll_ring_allreduce_rs(struct coll_comm *comm, const struct coll_args *a,
+                                    const struct coll_ring_group *g, int nsegs, bool last)
+{
+    if (ring_allreduce_trivial(a, g->n))
+        return collSuccess;
+    return ring_allreduce_steps(comm, a, g, nsegs, 0, 0, g->n - 1, last);
+}
+
+collResult_t coll_ring_allreduce_ag(struct coll_comm *comm, const struct coll_args *a,
+                                    const struct coll_ring_group *g, int nsegs, bool last)
+{
+    if (g->n == 1 || a->count == 0)
+        return collSuccess;
+    return ring_allreduce_steps(comm, a, g, nsegs, 0, g->n - 1, g->n - 1, last);
+}
+
+void coll_ring_segment(size_t count, int nsegs, int j, size_t *off_p, size_t *len_p)
+{
+    if (j < nsegs) {
+        coll_ring_chunk(count, nsegs, j, off_p, len_p);
+    } else {
+        *off_p = 0;
+        *len_p = 0;
+    }
+}
+
+static collResult_t ring_allreduce(struct coll_comm *comm, const struct coll_args *a)
+{
+    struct coll_ring_group g = coll_ring_flat(comm);
+    return coll_ring_allreduce_group(comm, a, &g, g.n, true);
 }
 
 static collResult_t ring_reduce_scatter(struct coll_comm *comm, const struct coll_args *a)
@@ -275,15 +345,17 @@ static collResult_t ring_reduce_scatter(struct coll_comm *comm, const struct col
             memcpy(a->recvbuf, own, bytes);
         return collSuccess;
     }
-    struct ring_ctx x = {.comm = comm, .a = a, .n = n, .r = r, .esize = esize, .nrs = n - 1,
-                         .shift = -1, .blocks = true, .rs_out_block = true,
-                         .in = a->sendbuf, .out = a->recvbuf};
+    struct coll_ring_group g = coll_ring_flat(comm);
+    struct ring_ctx x = {.comm = comm, .a = a, .n = n, .r = g.pos, .members = g.members,
+                         .avg_div = n, .esize = esize, .nrs = n - 1, .shift = -1,
+                         .blocks = true, .rs_out_block = true, .in = a->sendbuf,
+                         .out = a->recvbuf};
     char *buf;
     COLL_CHECK(coll_comm_scratch(comm, 2 * bytes, (void **)&buf));
     x.partial[0] = buf;
     x.partial[1] = buf + bytes;
     x.K = coll_slices(a->count, ring_slice_elems(comm, esize));
-    return ring_run(&x, n - 1, NULL, 0);
+    return ring_run(&x, n - 1, NULL, 0, true);
 }
 
 /* Broadcast and reduce: a chain along the ring, pipelined in slices. */
@@ -323,7 +395,9 @@ static void bcast_recv_buf(void *vctx, size_t i, void **p, size_t *bytes)
 static collResult_t ring_broadcast(struct coll_comm *comm, const struct coll_args *a)
 {
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
-    int n = comm->nranks, pos = coll_mod((long)comm->rank - a->root, n);
+    int n = comm->nranks;
+    const int *order = comm->hosts.order, *place = comm->hosts.pos;
+    int pos = coll_mod((long)place[comm->rank] - place[a->root], n);
     if (pos == 0 && a->recvbuf != a->sendbuf && bytes > 0)
         memcpy(a->recvbuf, a->sendbuf, bytes);
     if (n == 1 || bytes == 0)
@@ -340,11 +414,11 @@ static collResult_t ring_broadcast(struct coll_comm *comm, const struct coll_arg
                           .send_reg_bytes = bytes, .recv_reg = a->recvbuf,
                           .recv_reg_bytes = bytes};
     int prev, next;
-    coll_ring_neighbors(comm->rank, n, &prev, &next);
+    coll_ring_neighbors(place[comm->rank], n, &prev, &next);
     if (pos < n - 1)
-        COLL_CHECK(coll_transport_get_conn(comm, next, true, &p.send_conn));
+        COLL_CHECK(coll_transport_get_conn(comm, order[next], true, &p.send_conn));
     if (pos > 0)
-        COLL_CHECK(coll_transport_get_conn(comm, prev, false, &p.recv_conn));
+        COLL_CHECK(coll_transport_get_conn(comm, order[prev], false, &p.recv_conn));
     return coll_pipe_run(&p);
 }
 
@@ -382,7 +456,9 @@ static void reduce_process(void *vctx, size_t i, void *recvd)
 static collResult_t ring_reduce(struct coll_comm *comm, const struct coll_args *a)
 {
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
-    int n = comm->nranks, pos = coll_mod((long)comm->rank - a->root - 1, n);
+    int n = comm->nranks;
+    const int *order = comm->hosts.order, *place = comm->hosts.pos;
+    int pos = coll_mod((long)place[comm->rank] - place[a->root] - 1, n);
     bool is_root = comm->rank == a->root;
     if (n == 1 || bytes == 0) {
         if (is_root && a->recvbuf != a->sendbuf && bytes > 0)
@@ -406,11 +482,11 @@ static collResult_t ring_reduce(struct coll_comm *comm, const struct coll_args *
                           .recv_buf = reduce_recv_buf, .process = reduce_process,
                           .piece_bytes = x.slot_bytes};
     int prev, next;
-    coll_ring_neighbors(comm->rank, n, &prev, &next);
+    coll_ring_neighbors(place[comm->rank], n, &prev, &next);
     if (!is_root)
-        COLL_CHECK(coll_transport_get_conn(comm, next, true, &p.send_conn));
+        COLL_CHECK(coll_transport_get_conn(comm, order[next], true, &p.send_conn));
     if (!x.is_first)
-        COLL_CHECK(coll_transport_get_conn(comm, prev, false, &p.recv_conn));
+        COLL_CHECK(coll_transport_get_conn(comm, order[prev], false, &p.recv_conn));
     return coll_pipe_run(&p);
 }
 

@@ -33,36 +33,11 @@ count=262144 # 1 MiB of float32
 iters=100
 secret=00112233445566778899aabbccddeeff
 
-skip() { echo "SKIP: $*"; exit 77; }
-
-tool=${NETNS_CLUSTER:-}
-if [ -z "$tool" ]; then
-    for d in "$src/../shared/tools" "$src/../../shared/tools"; do
-        [ -x "$d/netns-cluster" ] && tool=$d/netns-cluster && break
-    done
-fi
-[ -n "$tool" ] && [ -x "$tool" ] || skip "netns-cluster not found (set NETNS_CLUSTER to its path)"
-[ "$(id -u)" = 0 ] || skip "needs root for network namespaces"
-for p in ip tc unshare flock awk; do
-    command -v "$p" >/dev/null || skip "$p is not installed"
-done
-
-prefix=cf$(($$ % 100000))x
+. "$(dirname "$0")/netns_lib.sh"
+netns_find
 dir=$(mktemp -d /tmp/test_netns.XXXXXX)
-pids=()
-cleanup() {
-    for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
-    "$tool" down --prefix "$prefix" --kill >/dev/null 2>&1
-    rm -rf "$dir"
-}
-trap cleanup EXIT
-trap 'exit 1' INT TERM HUP
-
-if ! "$tool" up -n 4 --prefix "$prefix" >"$dir/up.out" 2>"$dir/up.err"; then
-    skip "netns-cluster cannot make the cluster: $(tail -1 "$dir/up.err")"
-fi
-root_ip=$(awk 'NR == 1 { print $1 }' "$dir/up.out")
-[ -n "$root_ip" ] || { echo "FAIL: no address for host 0"; exit 1; }
+netns_up "cf$(($$ % 100000))x" 4 "$dir"
+prefix=$netns_prefix
 failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 now() { date +%s.%N; }

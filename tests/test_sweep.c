@@ -6,6 +6,7 @@
  * n-1), for the number of ranks it is started with.
  *
  *   collrun -n 8 --timeout 600 test_sweep [--quick | --full] [--coll allreduce,reduce] [--mem]
+ *                                         [--expect-algo NAME]
  *   test_sweep --threads 4 [...]
  *
  * Inputs are chosen so that the exact result is representable in every data type
@@ -504,6 +505,7 @@ struct gbuf {
 /* --mem: every buffer (with its guards) comes from collMemAlloc, so that allreduce
  * takes the direct path from COLL_SHM_DIRECT_BYTES up. */
 static bool use_mem_alloc;
+static const char *expect_algo; /* --expect-algo: what every allreduce must run */
 
 static unsigned char guard_byte(size_t i)
 {
@@ -750,6 +752,15 @@ static bool run_case(struct sweep_rank *sr, const struct sweep_case *c)
                     me, desc, algo);
             lr->failures++;
         }
+    }
+
+    if (expect_algo != NULL && c->kind == K_ALLREDUCE && n > 1 && count > 0 &&
+        strcmp(coll_comm_last_algo(lr->comm), expect_algo) != 0) {
+        char desc[160];
+        describe_case(c, desc, sizeof(desc));
+        fprintf(stderr, "[rank %d] %s: ran %s, not %s\n", me, desc,
+                coll_comm_last_algo(lr->comm), expect_algo);
+        lr->failures++;
     }
 
     /* Guards of every buffer. */
@@ -1046,6 +1057,7 @@ static void usage(const char *prog)
             "                allgather,reduce_scatter,gather,scatter\n"
             "  --mem         buffers from collMemAlloc (allreduce must then take the\n"
             "                direct path from COLL_SHM_DIRECT_BYTES up)\n"
+            "  --expect-algo NAME  every allreduce (count > 0) must have run NAME\n"
             "  -v            one line per case on rank 0\n",
             prog);
     exit(2);
@@ -1098,6 +1110,8 @@ int main(int argc, char **argv)
             use_mem_alloc = true;
         else if (strcmp(argv[i], "--large-when-full") == 0)
             large_when_full = true;
+        else if (strcmp(argv[i], "--expect-algo") == 0 && i + 1 < argc)
+            expect_algo = argv[++i];
         else if (strcmp(argv[i], "-v") == 0)
             opts.verbose = true;
         else

@@ -1,46 +1,71 @@
 /*
- * collrun: starts N ranks of a program on this host and supervises them.
+ * collrun: starts the ranks of a program, on this host or on several, and supervises them.
  *
  *   collrun -n 4 --timeout 60 test_allreduce --count 1000
+ *   collrun --hosts node1:2,node2:2 allreduce_perf -b 8 -e 1G
  *
  * Steps:
- *   1. Pick a free TCP port on 127.0.0.1 (bind port 0, read it back, close it) and a
- *      random 128-bit secret.  Rank 0 of the library listens on that port.
- *   2. Fork and exec each rank with COLL_RANK, COLL_NRANKS, COLL_COMM_ID, COLL_SECRET,
- *      COLL_LOCAL_RANK and COLL_LOCAL_SIZE set.  All ranks share one new process group,
- *      so that one killpg() reaches every rank and everything the ranks forked.
+ *   1. Pick the rendezvous and a random 128-bit secret.  With every rank on this host: a
+ *      free TCP port on 127.0.0.1 (bind port 0, read it back, close it).  With ranks on
+ *      other hosts: rank 0's host name and a random port in 61000-65535 (or --port, or
+ *      COLL_COMM_ID as given), since collrun cannot try a port on another host.  Rank 0 of
+ *      the library listens there.
+ *   2. Start each rank with COLL_RANK, COLL_NRANKS, COLL_COMM_ID, COLL_SECRET,
+ *      COLL_LOCAL_RANK and COLL_LOCAL_SIZE set, bound to its CPUs (--bind).  A rank on this
+ *      host is forked and exec'd.  A rank on another host is started through the remote
+ *      shell, "RSH HOST COMMAND", where COMMAND is one shell line that changes to this
+ *      directory and runs "collrun --rank-helper ... -- PROG ARGS" there with the COLL_*
+ *      environment.  Everything collrun forks shares one new process group, so that one
+ *      killpg() reaches every local rank, every remote-shell client and what they fork.
  *   3. Run one poll loop over a signalfd (SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT), the
  *      ranks' stdout and stderr pipes and collrun's own stdout and stderr.  Output is
- *      passed on whole lines at a time, each prefixed with "[rank] ".
+ *      passed on whole lines at a time, each prefixed with "[rank] " ("[rank host] " with
+ *      --hosts).
  *   4. On the first failure (non-zero exit, death by signal, timeout, or a signal sent to
  *      collrun) send SIGTERM to the group, SIGKILL two seconds later, and wait until the
  *      group is empty before exiting with the failure's code.
  *
  *    shell job: collrun (child subreaper)
  *      |
- *      +-- process group G -----------------------------+
- *      |   rank 0 (leader, pid G)   rank 1   rank 2 ... |
- *      |     +-- anything rank 0 forks stays in G       |
- *      +------------------------------------------------+
+ *      +-- process group G ----------------------------------------------+
+ *      |   rank 0 (leader)  rank 1   rsh node2 COMMAND   rsh node2 ...  |
+ *      |     +-- anything rank 0 forks stays in G      |                 |
+ *      +-----------------------------------------------|-----------------+
+ *                                                      | (ssh: another host)
+ *                     node2: collrun --rank-helper (stdin: the lifeline)
+ *                              +-- process group P: rank 2, what it forks
  *
  * collrun makes itself a child subreaper, so a process whose rank has died is reparented
- * to collrun, which reaps it: when collrun returns, nothing it started is left, not even
- * a zombie.  Each rank also gets PR_SET_PDEATHSIG(SIGKILL), so ranks die with collrun
- * even when collrun itself is killed with SIGKILL.
+ * to collrun, which reaps it: when collrun returns, nothing it started on this host is
+ * left, not even a zombie.  Each process it forks also gets PR_SET_PDEATHSIG(SIGKILL), so
+ * ranks and remote-shell clients die with collrun even when collrun is killed with SIGKILL.
  *
- * Rank 0 reads collrun's stdin unless it is a terminal (the ranks' group is not the
- * terminal's foreground group, so reading it would stop the rank); other ranks read
- * /dev/null.
+ * A remote rank's helper forks the program into a process group of its own (its stdin on
+ * /dev/null, bound as --bind says), forwards SIGTERM, SIGINT, SIGHUP and SIGQUIT to that
+ * group with SIGKILL 1.5 s later, and exits the way the program did (same code, same
+ * signal).  Its stdin is the lifeline: a pipe that collrun never writes and holds open
+ * until it exits, passed on by the remote shell.  End of file on it means that collrun or
+ * the connection is gone, and the helper then stops the program's group the same way.
+ * Remote shells that do not pass signals on (ssh without a terminal) thus still end the
+ * remote processes, and a remote shell that runs the command in collrun's group
+ * (tools/netns-rsh) gets the signals to the helper directly.
+ *
+ * Rank 0 reads collrun's stdin when it runs on this host, unless stdin is a terminal (the
+ * ranks' group is not the terminal's foreground group, so reading it would stop the
+ * rank); other ranks, and remote ranks, read /dev/null.
  *
  * Limitations: a process that leaves the group (setsid, setpgid) escapes the group kill;
  * output ordering between ranks, and between the stdout and stderr of one rank, is the
- * order in which collrun reads the pipes; a line longer than 1 MiB is split.
+ * order in which collrun reads the pipes; a line longer than 1 MiB is split.  A remote
+ * host must have this collrun, the program and this directory at the same paths, and a
+ * POSIX login shell.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -55,8 +80,10 @@
 #include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include "collective.h"
@@ -72,6 +99,9 @@
  * after SIGKILL before it gives up on processes stuck in the kernel. */
 #define RUN_TERM_GRACE_S 2.0
 #define RUN_KILL_GRACE_S 5.0
+/* The remote helper's grace is shorter than collrun's, so that a helper in collrun's group
+ * (tools/netns-rsh) has sent its own SIGKILL before collrun's SIGKILL ends it. */
+#define RUN_HELPER_GRACE_S 1.5
 /* While all ranks are gone but their group is not empty, look again this often. */
 #define RUN_GROUP_POLL_MS 20
 
@@ -80,15 +110,53 @@
 #define RUN_QUEUE_MAX (4u << 20) /* stop reading ranks while this much output waits */
 #define RUN_WRITE_CHUNK 4096
 
+#define RUN_HOST_MAX 255 /* longest host name in --hosts */
+/* With ranks on other hosts the rendezvous port is drawn from here: above Linux's default
+ * range of ephemeral ports (32768-60999), so that the kernel does not give it to one of
+ * the library's own sockets in the meantime. */
+#define RUN_PORT_LOW 61000
+#define RUN_PORT_HIGH 65535
+#define RUN_PORT_TRIES 32
+#define RUN_SYSFS_MAX 16384 /* longest CPU list read from /sys */
+
 enum run_action { RUN_ACT_RUN, RUN_ACT_HELP, RUN_ACT_VERSION, RUN_ACT_ENV, RUN_ACT_USAGE };
 enum run_phase { RUN_RUNNING, RUN_TERMINATING, RUN_KILLED, RUN_GAVE_UP };
+/* AUTO: CORE when the host's ranks fit its cores, NONE otherwise. */
+enum run_bind { RUN_BIND_AUTO, RUN_BIND_NONE, RUN_BIND_CORE, RUN_BIND_NUMA };
+enum run_map { RUN_MAP_BLOCK, RUN_MAP_RR };
+
+/* One entry of --hosts. */
+struct run_host {
+    char *name;  /* what the remote shell gets: [user@]host, no brackets */
+    char *addr;  /* the host alone: prefixes, reports and COLL_COMM_ID */
+    int slots;   /* ranks it may take */
+    bool local;  /* runs on this host, without the remote shell */
+    int key;     /* the first entry that is the same host: local ranks count per key */
+};
 
 struct run_opts {
     int nranks;
     double timeout_s; /* 0: none */
     bool prefix;
     bool keep_going; /* a failed rank does not stop the others */
+    bool report_bindings;
+    enum run_bind bind;
+    enum run_map map;
+    int port;                /* 0: collrun chooses */
+    const char *rsh;         /* the remote shell command, split at blanks */
+    struct run_host *hosts;  /* NULL without --hosts */
+    int nhosts;
     char **argv; /* PROG ARGS..., NULL-terminated */
+};
+
+/* The CPUs this process may use, grouped by core and by NUMA node. */
+struct run_topo {
+    cpu_set_t allowed;
+    cpu_set_t *cores; /* each core's allowed CPUs, in the order of their lowest CPU */
+    int ncores;
+    cpu_set_t *nodes; /* each NUMA node's allowed CPUs; nodes with none are left out */
+    int *node_ids;
+    int nnodes;
 };
 
 struct run_buf {
@@ -106,6 +174,9 @@ struct run_stream {
 struct run_rank {
     pid_t pid;
     bool alive;
+    int host;       /* index in hosts */
+    int local_rank; /* COLL_LOCAL_RANK and COLL_LOCAL_SIZE */
+    int local_size;
     struct run_stream streams[2]; /* [0] stdout, [1] stderr */
 };
 
@@ -123,13 +194,26 @@ struct run_state {
     struct run_rank *ranks;
     int nalive;
     pid_t self;
-    pid_t pgid; /* 0 until rank 0 exists */
+    pid_t pgid; /* 0 until the first rank exists */
     int sigfd;
     sigset_t orig_mask;
     struct sigaction orig_sigpipe;
     bool stdin_null_for_rank0;
     int devnull; /* stdin of the ranks that do not read collrun's */
-    char comm_id[32];
+    char hostname[RUN_HOST_MAX + 1];
+    struct run_host *hosts; /* opts.hosts, or one entry for this host */
+    int nhosts;
+    bool multi;         /* --hosts: "[rank host] " prefixes */
+    bool any_remote;    /* some rank starts through the remote shell */
+    int lifeline[2];    /* the remote shells' stdin; collrun keeps [1] open until it exits */
+    char *rsh_copy;     /* --rsh, cut into words in place */
+    char **rsh_argv;    /* the --rsh words, then the host, the command and NULL */
+    int rsh_words;
+    char *self_exe;     /* this collrun, which remote hosts run as the helper */
+    char *cwd;          /* where remote ranks start */
+    struct run_buf cmd; /* the command line of the remote rank being started */
+    struct run_topo topo;
+    char comm_id[RUN_HOST_MAX + 16];
     char secret[33];
     struct run_out outs[2];
     int exit_code; /* -1 until the first failure, timeout or signal decides it */
@@ -138,6 +222,8 @@ struct run_state {
     double timeout_deadline; /* 0: none */
     bool abandon_output;
 };
+
+extern char **environ;
 
 static double run_now(void)
 {
@@ -187,8 +273,10 @@ static void run_emit_line(struct run_state *st, int rank, int which, const char 
     struct run_out *o = &st->outs[which];
     if (o->broken || st->abandon_output)
         return;
-    char prefix[24];
-    int plen = snprintf(prefix, sizeof prefix, "[%d] ", rank);
+    char prefix[RUN_HOST_MAX + 24];
+    int plen = st->multi ? snprintf(prefix, sizeof prefix, "[%d %s] ", rank,
+                                    st->hosts[st->ranks[rank].host].addr)
+                         : snprintf(prefix, sizeof prefix, "[%d] ", rank);
     run_buf_append(st, &o->queue, prefix, (size_t)plen);
     run_buf_append(st, &o->queue, p, n);
     run_buf_append(st, &o->queue, "\n", 1);
@@ -546,9 +634,263 @@ static void run_loop(struct run_state *st)
     free(owner);
 }
 
-/* Runs in the forked child; never returns. */
-static _Noreturn void run_child(struct run_state *st, int rank, int out_fd, int err_fd, int exec_fd)
+/* Reads a small file of /sys into buf, NUL-terminated. */
+static bool run_read_file(const char *path, char *buf, size_t size)
 {
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return false;
+    ssize_t n;
+    do {
+        n = read(fd, buf, size - 1);
+    } while (n < 0 && errno == EINTR);
+    close(fd);
+    if (n < 0)
+        return false;
+    buf[n] = '\0';
+    return true;
+}
+
+/* Parses a kernel CPU list ("0-3,8,10-11\n") into *set. */
+static bool run_cpulist_parse(const char *s, cpu_set_t *set)
+{
+    CPU_ZERO(set);
+    while (*s != '\0' && *s != '\n') {
+        char *end;
+        errno = 0;
+        long a = strtol(s, &end, 10), b = a;
+        if (end == s || errno != 0 || a < 0)
+            return false;
+        if (*end == '-') {
+            s = end + 1;
+            b = strtol(s, &end, 10);
+            if (end == s || errno != 0 || b < a)
+                return false;
+        }
+        for (long c = a; c <= b && c < CPU_SETSIZE; c++)
+            CPU_SET(c, set);
+        s = end;
+        if (*s == ',')
+            s++;
+        else if (*s != '\0' && *s != '\n')
+            return false;
+    }
+    return true;
+}
+
+/* Writes *set as the kernel writes CPU lists ("0-3,8"), as /proc/PID/status shows them. */
+static void run_cpulist_format(const cpu_set_t *set, char *buf, size_t size)
+{
+    size_t o = 0;
+    buf[0] = '\0';
+    for (int c = 0; c < CPU_SETSIZE; c++) {
+        if (!CPU_ISSET(c, set))
+            continue;
+        int e = c;
+        while (e + 1 < CPU_SETSIZE && CPU_ISSET(e + 1, set))
+            e++;
+        int n = e > c ? snprintf(buf + o, size - o, "%s%d-%d", o > 0 ? "," : "", c, e)
+                      : snprintf(buf + o, size - o, "%s%d", o > 0 ? "," : "", c);
+        if (n < 0 || (size_t)n >= size - o)
+            return; /* cut short: only reports use it */
+        o += (size_t)n;
+        c = e;
+    }
+}
+
+/* Reads the CPUs this process may use and groups them by core (the hardware threads of
+ * one core, from /sys/devices/system/cpu/cpuN/topology/thread_siblings_list) and by NUMA
+ * node (/sys/devices/system/node).  Without those files each CPU is a core, and all CPUs
+ * are one node.  Returns 0, or -1 with errno set. */
+static int run_topo_load(struct run_topo *t)
+{
+    memset(t, 0, sizeof *t);
+    if (sched_getaffinity(0, sizeof t->allowed, &t->allowed) != 0)
+        return -1;
+    int ncpus = CPU_COUNT(&t->allowed);
+    t->cores = calloc((size_t)ncpus, sizeof *t->cores);
+    t->nodes = calloc((size_t)ncpus, sizeof *t->nodes);
+    t->node_ids = calloc((size_t)ncpus, sizeof *t->node_ids);
+    char *buf = malloc(RUN_SYSFS_MAX);
+    if (t->cores == NULL || t->nodes == NULL || t->node_ids == NULL || buf == NULL) {
+        free(buf);
+        errno = ENOMEM;
+        return -1;
+    }
+    char path[96];
+    cpu_set_t seen, set;
+    CPU_ZERO(&seen);
+    for (int c = 0; c < CPU_SETSIZE && t->ncores < ncpus; c++) {
+        if (!CPU_ISSET(c, &t->allowed) || CPU_ISSET(c, &seen))
+            continue;
+        snprintf(path, sizeof path, "/sys/devices/system/cpu/cpu%d/topology/thread_siblings_list",
+                 c);
+        if (!run_read_file(path, buf, RUN_SYSFS_MAX) || !run_cpulist_parse(buf, &set))
+            CPU_ZERO(&set);
+        CPU_AND(&set, &set, &t->allowed);
+        CPU_SET(c, &set);
+        CPU_OR(&seen, &seen, &set);
+        t->cores[t->ncores++] = set;
+    }
+    cpu_set_t ids;
+    if (run_read_file("/sys/devices/system/node/online", buf, RUN_SYSFS_MAX) &&
+        run_cpulist_parse(buf, &ids)) {
+        for (int k = 0; k < CPU_SETSIZE && t->nnodes < ncpus; k++) {
+            if (!CPU_ISSET(k, &ids))
+                continue;
+            snprintf(path, sizeof path, "/sys/devices/system/node/node%d/cpulist", k);
+            if (!run_read_file(path, buf, RUN_SYSFS_MAX) || !run_cpulist_parse(buf, &set))
+                continue;
+            CPU_AND(&set, &set, &t->allowed);
+            if (CPU_COUNT(&set) == 0)
+                continue;
+            t->nodes[t->nnodes] = set;
+            t->node_ids[t->nnodes++] = k;
+        }
+    }
+    if (t->nnodes == 0) {
+        t->nodes[0] = t->allowed;
+        t->nnodes = 1;
+    }
+    free(buf);
+    return 0;
+}
+
+static void run_topo_free(struct run_topo *t)
+{
+    free(t->cores);
+    free(t->nodes);
+    free(t->node_ids);
+}
+
+/* The CPUs of the rank with local index i of n on this host under mode, in *set, and how
+ * they were chosen in what.  Returns false when the rank is not bound. */
+static bool run_bind_cpus(const struct run_topo *t, enum run_bind mode, int i, int n,
+                          cpu_set_t *set, char *what, size_t size)
+{
+    if (mode == RUN_BIND_AUTO)
+        mode = n <= t->ncores ? RUN_BIND_CORE : RUN_BIND_NONE;
+    if (mode == RUN_BIND_CORE) {
+        *set = t->cores[i % t->ncores];
+        snprintf(what, size, "core");
+        return true;
+    }
+    if (mode == RUN_BIND_NUMA) {
+        *set = t->nodes[i % t->nnodes];
+        snprintf(what, size, "numa node %d", t->node_ids[i % t->nnodes]);
+        return true;
+    }
+    *set = t->allowed;
+    snprintf(what, size, "not bound");
+    return false;
+}
+
+/* True when the host name a and the name b are one host: equal, or one is the other
+ * without its domain ("node1" and "node1.example.org"). */
+static bool run_same_name(const char *a, const char *b)
+{
+    size_t la = strcspn(a, "."), lb = strcspn(b, ".");
+    if (strcmp(a, b) == 0)
+        return true;
+    return la == lb && la > 0 && strncmp(a, b, la) == 0 && (a[la] == '\0' || b[lb] == '\0');
+}
+
+static bool run_is_loopback_name(const char *a)
+{
+    return strcmp(a, "localhost") == 0 || strncmp(a, "127.", 4) == 0 || strcmp(a, "::1") == 0;
+}
+
+/* Appends s to the command line in single quotes, which a POSIX shell takes literally. */
+static void run_cmd_quoted(struct run_state *st, const char *s)
+{
+    struct run_buf *b = &st->cmd;
+    run_buf_append(st, b, " '", 2);
+    for (;;) {
+        size_t n = strcspn(s, "'");
+        run_buf_append(st, b, s, n);
+        if (s[n] == '\0')
+            break;
+        run_buf_append(st, b, "'\\''", 4);
+        s += n + 1;
+    }
+    run_buf_append(st, b, "'", 1);
+}
+
+static void run_cmd_plain(struct run_state *st, const char *s)
+{
+    run_buf_append(st, &st->cmd, s, strlen(s));
+}
+
+static void run_cmd_var(struct run_state *st, const char *name, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void run_cmd_var(struct run_state *st, const char *name, const char *fmt, ...)
+{
+    char val[RUN_HOST_MAX + 64];
+    int n = snprintf(val, sizeof val, "%s=", name);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(val + n, sizeof val - (size_t)n, fmt, ap);
+    va_end(ap);
+    run_cmd_quoted(st, val);
+}
+
+/* The variables collrun sets for each rank; the others of its environment go as given. */
+static bool run_is_rank_var(const char *entry)
+{
+    static const char *const names[] = {"COLL_RANK",   "COLL_NRANKS",     "COLL_COMM_ID",
+                                        "COLL_SECRET", "COLL_LOCAL_RANK", "COLL_LOCAL_SIZE"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        size_t n = strlen(names[i]);
+        if (strncmp(entry, names[i], n) == 0 && entry[n] == '=')
+            return true;
+    }
+    return false;
+}
+
+/* Builds in st->cmd the shell line that starts rank on its remote host:
+ *   cd 'DIR' && exec env 'COLL_RANK=2' ... 'COLLRUN' --rank-helper --host 'H' -- 'PROG' ...
+ * Each word is quoted, so that the remote shell passes it on byte for byte. */
+static void run_build_command(struct run_state *st, int rank)
+{
+    const struct run_rank *rk = &st->ranks[rank];
+    static const char *const bind_names[] = {
+        [RUN_BIND_NONE] = "none", [RUN_BIND_CORE] = "core", [RUN_BIND_NUMA] = "numa"};
+    st->cmd.len = 0;
+    run_cmd_plain(st, "cd");
+    run_cmd_quoted(st, st->cwd);
+    run_cmd_plain(st, " && exec env");
+    run_cmd_var(st, "COLL_RANK", "%d", rank);
+    run_cmd_var(st, "COLL_NRANKS", "%d", st->opts.nranks);
+    run_cmd_var(st, "COLL_COMM_ID", "%s", st->comm_id);
+    run_cmd_var(st, "COLL_SECRET", "%s", st->secret);
+    run_cmd_var(st, "COLL_LOCAL_RANK", "%d", rk->local_rank);
+    run_cmd_var(st, "COLL_LOCAL_SIZE", "%d", rk->local_size);
+    for (char **e = environ; *e != NULL; e++) {
+        if (strncmp(*e, "COLL_", 5) == 0 && strchr(*e, '=') != NULL && !run_is_rank_var(*e))
+            run_cmd_quoted(st, *e);
+    }
+    run_cmd_quoted(st, st->self_exe);
+    run_cmd_plain(st, " --rank-helper --host");
+    run_cmd_quoted(st, st->hosts[rk->host].addr);
+    if (st->opts.bind != RUN_BIND_AUTO) {
+        run_cmd_plain(st, " --bind ");
+        run_cmd_plain(st, bind_names[st->opts.bind]);
+    }
+    if (st->opts.report_bindings)
+        run_cmd_plain(st, " --report-bindings");
+    run_cmd_plain(st, " --");
+    for (char **a = st->opts.argv; *a != NULL; a++)
+        run_cmd_quoted(st, *a);
+    run_buf_append(st, &st->cmd, "", 1); /* the NUL */
+}
+
+/* Runs in the forked child; never returns.  A local rank execs the program, bound to
+ * cpus when that is not NULL; a remote rank execs the remote shell with st->rsh_argv. */
+static _Noreturn void run_child(struct run_state *st, int rank, int out_fd, int err_fd,
+                                int exec_fd, const cpu_set_t *cpus)
+{
+    const struct run_rank *rk = &st->ranks[rank];
+    bool remote = !st->hosts[rk->host].local;
     /* What failed goes back through exec_fd: {0, errno} for execvp, {1, errno} before. */
     int report[2] = {1, 0};
     /* Belt and braces besides the group kill: the rank dies with collrun.  collrun may
@@ -557,24 +899,38 @@ static _Noreturn void run_child(struct run_state *st, int rank, int out_fd, int 
         _exit(RUN_EXIT_INTERNAL);
     if (setpgid(0, st->pgid) != 0)
         goto fail;
-    if ((rank > 0 || st->stdin_null_for_rank0) && dup2(st->devnull, STDIN_FILENO) < 0)
+    int in_fd = remote ? st->lifeline[0]
+                       : (rank > 0 || st->stdin_null_for_rank0) ? st->devnull : STDIN_FILENO;
+    if (in_fd != STDIN_FILENO && dup2(in_fd, STDIN_FILENO) < 0)
         goto fail;
     if (st->opts.prefix) {
         if (dup2(out_fd, STDOUT_FILENO) < 0 || dup2(err_fd, STDERR_FILENO) < 0)
             goto fail;
     }
-    char val[32];
-    snprintf(val, sizeof val, "%d", rank);
-    if (setenv("COLL_RANK", val, 1) != 0 || setenv("COLL_LOCAL_RANK", val, 1) != 0)
-        goto fail;
-    snprintf(val, sizeof val, "%d", st->opts.nranks);
-    if (setenv("COLL_NRANKS", val, 1) != 0 || setenv("COLL_LOCAL_SIZE", val, 1) != 0 ||
-        setenv("COLL_COMM_ID", st->comm_id, 1) != 0 || setenv("COLL_SECRET", st->secret, 1) != 0)
-        goto fail;
+    if (!remote) {
+        char val[32];
+        snprintf(val, sizeof val, "%d", rank);
+        if (setenv("COLL_RANK", val, 1) != 0)
+            goto fail;
+        snprintf(val, sizeof val, "%d", rk->local_rank);
+        if (setenv("COLL_LOCAL_RANK", val, 1) != 0)
+            goto fail;
+        snprintf(val, sizeof val, "%d", st->opts.nranks);
+        if (setenv("COLL_NRANKS", val, 1) != 0)
+            goto fail;
+        snprintf(val, sizeof val, "%d", rk->local_size);
+        if (setenv("COLL_LOCAL_SIZE", val, 1) != 0 ||
+            setenv("COLL_COMM_ID", st->comm_id, 1) != 0 ||
+            setenv("COLL_SECRET", st->secret, 1) != 0)
+            goto fail;
+        if (cpus != NULL && sched_setaffinity(0, sizeof *cpus, cpus) != 0)
+            goto fail;
+    }
     /* The program starts with the signal state collrun was started with. */
     sigaction(SIGPIPE, &st->orig_sigpipe, NULL);
     sigprocmask(SIG_SETMASK, &st->orig_mask, NULL);
-    execvp(st->opts.argv[0], st->opts.argv);
+    char **argv = remote ? st->rsh_argv : st->opts.argv;
+    execvp(argv[0], argv);
     report[0] = 0;
 fail:
     report[1] = errno;
@@ -589,6 +945,24 @@ static int run_spawn(struct run_state *st, int rank)
 {
     int out[2] = {-1, -1}, err[2] = {-1, -1}, exe[2];
     struct run_rank *rk = &st->ranks[rank];
+    const struct run_host *host = &st->hosts[rk->host];
+    cpu_set_t cpus;
+    bool bound = false;
+    if (host->local) {
+        char what[32];
+        bound = run_bind_cpus(&st->topo, st->opts.bind, rk->local_rank, rk->local_size, &cpus,
+                              what, sizeof what);
+        if (st->opts.report_bindings) {
+            char list[RUN_SYSFS_MAX];
+            run_cpulist_format(&cpus, list, sizeof list);
+            run_note(st, "rank %d on %s: cpus %s (%s)", rank, host->addr, list, what);
+        }
+    } else {
+        run_build_command(st, rank);
+        st->rsh_argv[st->rsh_words] = host->name;
+        st->rsh_argv[st->rsh_words + 1] = st->cmd.data;
+    }
+    const char *prog = host->local ? st->opts.argv[0] : st->rsh_argv[0];
     if (st->opts.prefix && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0)) {
         run_note(st, "cannot create a pipe for rank %d: %s", rank, strerror(errno));
         goto err_close;
@@ -599,7 +973,7 @@ static int run_spawn(struct run_state *st, int rank)
     }
     pid_t pid = fork();
     if (pid == 0)
-        run_child(st, rank, out[1], err[1], exe[1]);
+        run_child(st, rank, out[1], err[1], exe[1], bound ? &cpus : NULL);
     if (pid < 0) {
         run_note(st, "cannot start rank %d: %s", rank, strerror(errno));
         close(exe[0]);
@@ -636,7 +1010,7 @@ static int run_spawn(struct run_state *st, int rank)
         run_note(st, "cannot set up rank %d: %s", rank, strerror(report[1]));
         return RUN_EXIT_INTERNAL;
     }
-    run_note(st, "cannot execute %s: %s", st->opts.argv[0], strerror(report[1]));
+    run_note(st, "cannot execute %s: %s", prog, strerror(report[1]));
     return RUN_EXIT_NOEXEC;
 
 err_close:
@@ -671,6 +1045,19 @@ static int run_free_port(int *port_p)
     return 0;
 }
 
+/* True when port can be bound on every IPv4 address of this host right now. */
+static bool run_port_free(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return true; /* cannot tell: rank 0 will say */
+    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    addr.sin_addr.s_addr = htonl(INADDR_ANY);
+    bool ok = bind(fd, (struct sockaddr *)&addr, sizeof addr) == 0;
+    close(fd);
+    return ok;
+}
+
 static int run_random(unsigned char *p, size_t n)
 {
     size_t done = 0;
@@ -701,15 +1088,166 @@ static int run_random(unsigned char *p, size_t n)
     return done == n ? 0 : -1;
 }
 
-static int run_setup(struct run_state *st)
+/* COLL_COMM_ID for the ranks.  Every rank on this host: 127.0.0.1 and a free port.  With
+ * other hosts: rank 0's host as named in --hosts (this host's name when it was named
+ * localhost) and a random port of RUN_PORT_LOW-RUN_PORT_HIGH, tried first when rank 0
+ * runs here; or COLL_COMM_ID as collrun was given it. */
+static int run_choose_comm_id(struct run_state *st)
 {
-    int port;
-    unsigned char raw[16];
-    if (run_free_port(&port) != 0) {
-        fprintf(stderr, "collrun: cannot find a free port on 127.0.0.1: %s\n", strerror(errno));
+    const char *given = st->multi ? coll_env_get("COLL_COMM_ID") : NULL;
+    int port = st->opts.port;
+    if (given != NULL) {
+        if (strlen(given) >= sizeof st->comm_id) {
+            fprintf(stderr, "collrun: COLL_COMM_ID is longer than %zu bytes\n",
+                    sizeof st->comm_id - 1);
+            return -1;
+        }
+        snprintf(st->comm_id, sizeof st->comm_id, "%s", given);
+        return 0;
+    }
+    if (!st->any_remote) {
+        if (port == 0 && run_free_port(&port) != 0) {
+            fprintf(stderr, "collrun: cannot find a free port on 127.0.0.1: %s\n",
+                    strerror(errno));
+            return -1;
+        }
+        snprintf(st->comm_id, sizeof st->comm_id, "127.0.0.1:%d", port);
+        return 0;
+    }
+    const struct run_host *h0 = &st->hosts[st->ranks[0].host];
+    const char *addr = h0->local && run_is_loopback_name(h0->addr) ? st->hostname : h0->addr;
+    for (int tries = 0; port == 0; tries++) {
+        uint16_t r;
+        if (run_random((unsigned char *)&r, sizeof r) != 0) {
+            fprintf(stderr, "collrun: cannot read random bytes for the port\n");
+            return -1;
+        }
+        int p = RUN_PORT_LOW + r % (RUN_PORT_HIGH - RUN_PORT_LOW + 1);
+        if (!h0->local || tries == RUN_PORT_TRIES - 1 || run_port_free(p))
+            port = p;
+    }
+    snprintf(st->comm_id, sizeof st->comm_id, strchr(addr, ':') != NULL ? "[%s]:%d" : "%s:%d",
+             addr, port);
+    return 0;
+}
+
+/* Marks the local hosts and gives each rank its host and local rank: block mapping fills
+ * each host's slots in turn, rr deals the ranks out one per host with slots left. */
+static void run_map_ranks(struct run_state *st)
+{
+    int nh = st->nhosts > 0 ? st->nhosts : 1; /* at least one: setup makes one */
+    int *left = calloc((size_t)nh, sizeof *left);
+    int *count = calloc((size_t)nh, sizeof *count);
+    if (left == NULL || count == NULL)
+        run_die_nomem(st);
+    int first_local = -1;
+    for (int h = 0; h < nh; h++) {
+        struct run_host *host = &st->hosts[h];
+        left[h] = host->slots;
+        if (host->local && first_local < 0)
+            first_local = h;
+        host->key = host->local ? first_local : h;
+        for (int k = 0; k < h && !host->local; k++) {
+            if (!st->hosts[k].local && strcmp(st->hosts[k].name, host->name) == 0) {
+                host->key = k;
+                break;
+            }
+        }
+    }
+    int h = 0;
+    for (int r = 0; r < st->opts.nranks; r++) {
+        while (left[h] == 0)
+            h = st->opts.map == RUN_MAP_RR ? (h + 1) % nh : h + 1;
+        st->ranks[r].host = h;
+        left[h]--;
+        st->ranks[r].local_rank = count[st->hosts[h].key]++;
+        st->any_remote |= !st->hosts[h].local;
+        if (st->opts.map == RUN_MAP_RR)
+            h = (h + 1) % nh;
+    }
+    for (int r = 0; r < st->opts.nranks; r++)
+        st->ranks[r].local_size = count[st->hosts[st->ranks[r].host].key];
+    free(left);
+    free(count);
+}
+
+/* What remote ranks need: the remote shell's words, collrun's own path, this directory
+ * (as $PWD names it when that is the same directory, which keeps symbolic links that
+ * the other hosts may share) and the lifeline pipe. */
+static int run_setup_remote(struct run_state *st)
+{
+    char *words = st->rsh_copy = strdup(st->opts.rsh);
+    st->rsh_argv = calloc(strlen(st->opts.rsh) / 2 + 4, sizeof *st->rsh_argv);
+    st->self_exe = calloc(PATH_MAX, 1);
+    if (words == NULL || st->rsh_argv == NULL || st->self_exe == NULL)
+        run_die_nomem(st);
+    char *save = NULL;
+    for (char *w = strtok_r(words, " \t", &save); w != NULL; w = strtok_r(NULL, " \t", &save))
+        st->rsh_argv[st->rsh_words++] = w;
+    if (st->rsh_words == 0) {
+        fprintf(stderr, "collrun: --rsh names no command\n");
         return -1;
     }
-    snprintf(st->comm_id, sizeof st->comm_id, "127.0.0.1:%d", port);
+    ssize_t n = readlink("/proc/self/exe", st->self_exe, PATH_MAX - 1);
+    if (n <= 0) {
+        fprintf(stderr, "collrun: cannot read /proc/self/exe: %s\n", strerror(errno));
+        return -1;
+    }
+    st->cwd = getcwd(NULL, 0);
+    if (st->cwd == NULL) {
+        fprintf(stderr, "collrun: cannot read the current directory: %s\n", strerror(errno));
+        return -1;
+    }
+    const char *pwd = coll_env_get("PWD");
+    struct stat a, b;
+    if (pwd != NULL && pwd[0] == '/' && stat(pwd, &a) == 0 && stat(".", &b) == 0 &&
+        a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+        char *copy = strdup(pwd);
+        if (copy == NULL)
+            run_die_nomem(st);
+        free(st->cwd);
+        st->cwd = copy;
+    }
+    if (pipe2(st->lifeline, O_CLOEXEC) != 0) {
+        fprintf(stderr, "collrun: cannot create a pipe: %s\n", strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static int run_setup(struct run_state *st)
+{
+    unsigned char raw[16];
+    if (gethostname(st->hostname, sizeof st->hostname - 1) != 0)
+        snprintf(st->hostname, sizeof st->hostname, "localhost");
+    if (st->opts.hosts != NULL) {
+        st->hosts = st->opts.hosts;
+        st->nhosts = st->opts.nhosts;
+        st->multi = true;
+        for (int h = 0; h < st->nhosts; h++) {
+            struct run_host *host = &st->hosts[h];
+            host->local = strchr(host->name, '@') == NULL &&
+                          (run_is_loopback_name(host->addr) ||
+                           run_same_name(host->addr, st->hostname));
+        }
+    } else {
+        st->hosts = calloc(1, sizeof *st->hosts);
+        if (st->hosts == NULL)
+            run_die_nomem(st);
+        st->hosts[0] = (struct run_host){
+            .name = st->hostname, .addr = st->hostname, .slots = st->opts.nranks, .local = true};
+        st->nhosts = 1;
+    }
+    run_map_ranks(st);
+    if (run_topo_load(&st->topo) != 0) {
+        fprintf(stderr, "collrun: cannot read the CPUs this process may use: %s\n",
+                strerror(errno));
+        return -1;
+    }
+    if (st->any_remote && run_setup_remote(st) != 0)
+        return -1;
+    if (run_choose_comm_id(st) != 0)
+        return -1;
     if (run_random(raw, sizeof raw) != 0) {
         fprintf(stderr, "collrun: cannot read random bytes for COLL_SECRET\n");
         return -1;
@@ -763,6 +1301,7 @@ static int run_main(const struct run_opts *opts)
         .self = getpid(),
         .sigfd = -1,
         .devnull = -1,
+        .lifeline = {-1, -1},
         .outs = {{.fd = STDOUT_FILENO}, {.fd = STDERR_FILENO}},
         .exit_code = -1,
         .phase = RUN_RUNNING,
@@ -785,6 +1324,10 @@ static int run_main(const struct run_opts *opts)
             break;
         }
     }
+    /* The remote shells hold the read end now; the write end stays open until collrun
+     * exits, however it exits. */
+    if (st.lifeline[0] >= 0)
+        close(st.lifeline[0]);
     run_loop(&st);
 
     for (int r = 0; r < opts->nranks; r++) {
@@ -794,21 +1337,270 @@ static int run_main(const struct run_opts *opts)
     free(st.ranks);
     free(st.outs[0].queue.data);
     free(st.outs[1].queue.data);
+    free(st.cmd.data);
+    free(st.rsh_copy);
+    free(st.rsh_argv);
+    free(st.self_exe);
+    free(st.cwd);
+    if (opts->hosts == NULL)
+        free(st.hosts);
+    run_topo_free(&st.topo);
     close(st.sigfd);
     close(st.devnull);
     return st.exit_code < 0 ? 0 : st.exit_code;
 }
 
+/* ---- collrun --rank-helper: a remote rank's supervisor, on the remote host ---- */
+
+struct run_helper {
+    pid_t pid;  /* the program, leader of its own process group */
+    int status; /* its wait status, once done */
+    bool done;
+    int lifeline; /* stdin while it is watched; -1 otherwise */
+    enum run_phase phase;
+    double deadline;
+};
+
+/* Sends sig to the program's group now, and SIGKILL after the helper's grace period. */
+static void run_helper_kill(struct run_helper *h, int sig)
+{
+    if (h->phase != RUN_RUNNING)
+        return;
+    h->phase = RUN_TERMINATING;
+    h->deadline = run_now() + RUN_HELPER_GRACE_S;
+    killpg(h->pid, sig);
+    killpg(h->pid, SIGCONT);
+}
+
+/* Ends the helper the way the program ended: same exit code, or same signal. */
+static _Noreturn void run_helper_exit(int status)
+{
+    fflush(NULL);
+    if (WIFEXITED(status))
+        _exit(WEXITSTATUS(status));
+    int sig = WTERMSIG(status);
+    /* The program has left its core already, if it was to leave one. */
+    struct rlimit no_core = {0, 0};
+    setrlimit(RLIMIT_CORE, &no_core);
+    signal(sig, SIG_DFL);
+    sigset_t set;
+    sigemptyset(&set);
+    sigaddset(&set, sig);
+    sigprocmask(SIG_UNBLOCK, &set, NULL);
+    raise(sig);
+    _exit(128 + sig);
+}
+
+static int run_env_int(const char *name, int def)
+{
+    const char *v = coll_env_get(name);
+    if (v == NULL)
+        return def;
+    char *end;
+    long x = strtol(v, &end, 10);
+    return *end != '\0' || x < 0 || x > INT_MAX ? def : (int)x;
+}
+
+static bool run_parse_bind(const char *s, enum run_bind *bind_p);
+
+/*   collrun --rank-helper [--host NAME] [--bind MODE] [--report-bindings] -- PROG ARGS
+ * Started by the remote-shell command line that run_build_command writes, with the rank's
+ * COLL_* variables in its environment and the lifeline on its stdin. */
+static int run_helper_main(int argc, char **argv)
+{
+    enum run_bind bind = RUN_BIND_AUTO;
+    bool report = false;
+    const char *host = "?";
+    int i = 2;
+    for (; i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) {
+            i++;
+            break;
+        }
+        if (strcmp(argv[i], "--report-bindings") == 0) {
+            report = true;
+        } else if (strcmp(argv[i], "--host") == 0 && i + 1 < argc) {
+            host = argv[++i];
+        } else if (strcmp(argv[i], "--bind") != 0 || i + 1 >= argc ||
+                   !run_parse_bind(argv[++i], &bind)) {
+            break;
+        }
+    }
+    if (i >= argc || strcmp(argv[i - 1], "--") != 0) {
+        fprintf(stderr, "collrun: --rank-helper is started by collrun --hosts, not by hand\n");
+        return RUN_EXIT_USAGE;
+    }
+    char **prog = argv + i;
+    int rank = run_env_int("COLL_RANK", -1);
+    int local_rank = run_env_int("COLL_LOCAL_RANK", 0);
+    int local_size = run_env_int("COLL_LOCAL_SIZE", 1);
+
+    /* The helper outlives its parent when that is collrun itself (a remote shell that
+     * execs, as tools/netns-rsh does): it must stay to stop the program. */
+    prctl(PR_SET_PDEATHSIG, 0);
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    struct run_topo topo;
+    cpu_set_t cpus;
+    bool bound = false;
+    if (run_topo_load(&topo) == 0) {
+        char what[32];
+        bound = run_bind_cpus(&topo, bind, local_rank, local_size, &cpus, what, sizeof what);
+        if (report) {
+            char list[RUN_SYSFS_MAX];
+            run_cpulist_format(&cpus, list, sizeof list);
+            fprintf(stderr, "collrun: rank %d on %s: cpus %s (%s)\n", rank, host, list, what);
+        }
+        run_topo_free(&topo);
+    } else {
+        fprintf(stderr, "collrun: rank %d on %s: not bound: cannot read the CPUs: %s\n", rank,
+                host, strerror(errno));
+        run_topo_free(&topo);
+    }
+
+    sigset_t set, orig_mask;
+    sigemptyset(&set);
+    sigaddset(&set, SIGCHLD);
+    static const int forwarded[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT};
+    for (size_t k = 0; k < sizeof forwarded / sizeof forwarded[0]; k++) {
+        struct sigaction old;
+        if (sigaction(forwarded[k], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+            sigaddset(&set, forwarded[k]);
+    }
+    signal(SIGCHLD, SIG_DFL);
+    int sigfd = -1;
+    if (sigprocmask(SIG_BLOCK, &set, &orig_mask) == 0)
+        sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+    if (sigfd < 0) {
+        fprintf(stderr, "collrun: rank %d on %s: cannot watch signals: %s\n", rank, host,
+                strerror(errno));
+        return RUN_EXIT_INTERNAL;
+    }
+    /* A note written after the connection is gone must not end the helper. */
+    struct sigaction ign = {.sa_handler = SIG_IGN}, orig_pipe;
+    sigaction(SIGPIPE, &ign, &orig_pipe);
+    /* Only a pipe or a socket is a lifeline; a terminal or /dev/null (a remote shell that
+     * passes no stdin) is not watched. */
+    struct stat in;
+    struct run_helper h = {.lifeline = -1, .phase = RUN_RUNNING};
+    if (fstat(STDIN_FILENO, &in) == 0 && (S_ISFIFO(in.st_mode) || S_ISSOCK(in.st_mode)))
+        h.lifeline = STDIN_FILENO;
+    int devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (devnull < 0) {
+        fprintf(stderr, "collrun: cannot open /dev/null: %s\n", strerror(errno));
+        return RUN_EXIT_INTERNAL;
+    }
+    pid_t self = getpid();
+    fflush(NULL);
+    h.pid = fork();
+    if (h.pid == 0) {
+        if (setpgid(0, 0) != 0 || prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() != self ||
+            dup2(devnull, STDIN_FILENO) < 0 ||
+            (bound && sched_setaffinity(0, sizeof cpus, &cpus) != 0)) {
+            fprintf(stderr, "collrun: cannot set up rank %d on %s: %s\n", rank, host,
+                    strerror(errno));
+            _exit(RUN_EXIT_INTERNAL);
+        }
+        sigaction(SIGPIPE, &orig_pipe, NULL);
+        sigprocmask(SIG_SETMASK, &orig_mask, NULL);
+        execvp(prog[0], prog);
+        fprintf(stderr, "collrun: cannot execute %s: %s\n", prog[0], strerror(errno));
+        _exit(RUN_EXIT_NOEXEC);
+    }
+    if (h.pid < 0) {
+        fprintf(stderr, "collrun: cannot start rank %d on %s: %s\n", rank, host,
+                strerror(errno));
+        return RUN_EXIT_INTERNAL;
+    }
+    setpgid(h.pid, h.pid);
+    close(devnull);
+
+    for (;;) {
+        int status;
+        pid_t pid;
+        while ((pid = waitpid(-1, &status, WNOHANG)) > 0 || (pid < 0 && errno == EINTR)) {
+            if (pid == h.pid) {
+                h.done = true;
+                h.status = status;
+            }
+        }
+        /* Done once the program and everything left in its group have ended. */
+        if (h.done && killpg(h.pid, 0) < 0 && errno == ESRCH)
+            run_helper_exit(h.status);
+        double now = run_now();
+        if (h.done && h.phase == RUN_RUNNING)
+            run_helper_kill(&h, SIGTERM); /* what the program left behind */
+        if (h.phase == RUN_TERMINATING && now >= h.deadline) {
+            killpg(h.pid, SIGKILL);
+            h.phase = RUN_KILLED;
+            h.deadline = now + RUN_KILL_GRACE_S;
+        } else if (h.phase == RUN_KILLED && now >= h.deadline) {
+            fprintf(stderr, "collrun: rank %d on %s: giving up on processes that outlived "
+                    "SIGKILL\n", rank, host);
+            /* A wait status of SIGKILL reads as death by SIGKILL. */
+            run_helper_exit(h.done ? h.status : SIGKILL);
+        }
+        struct pollfd pfds[2] = {{.fd = sigfd, .events = POLLIN},
+                                 {.fd = h.lifeline, .events = POLLIN}};
+        int timeout = -1;
+        if (h.phase == RUN_TERMINATING || h.phase == RUN_KILLED)
+            timeout = run_ms_until(h.deadline, now);
+        if (h.done && (timeout < 0 || timeout > RUN_GROUP_POLL_MS))
+            timeout = RUN_GROUP_POLL_MS;
+        if (poll(pfds, h.lifeline >= 0 ? 2 : 1, timeout) < 0)
+            continue;
+        struct signalfd_siginfo si;
+        while (pfds[0].revents != 0 && read(sigfd, &si, sizeof si) == (ssize_t)sizeof si) {
+            if (si.ssi_signo == SIGCHLD)
+                continue;
+            if (h.phase == RUN_RUNNING) {
+                run_helper_kill(&h, (int)si.ssi_signo);
+            } else if (h.phase == RUN_TERMINATING) {
+                /* A second signal means: now. */
+                killpg(h.pid, SIGKILL);
+                h.phase = RUN_KILLED;
+                h.deadline = now + RUN_KILL_GRACE_S;
+            }
+        }
+        if (h.lifeline >= 0 && pfds[1].revents != 0) {
+            char buf[256];
+            ssize_t n = read(h.lifeline, buf, sizeof buf);
+            if (n == 0 || (n < 0 && errno != EINTR && errno != EAGAIN)) {
+                /* collrun, or the connection to it, is gone. */
+                h.lifeline = -1;
+                run_helper_kill(&h, SIGTERM);
+            }
+        }
+    }
+}
+
+/* ---- options ---- */
+
+#define RUN_USAGE                                                                          \
+    "Usage: collrun (-n N | --hosts H[:N],...) [OPTIONS] [--] PROG [ARGS...]\n"
 static void run_help(FILE *f)
 {
     fprintf(f,
-            "Usage: collrun -n N [--timeout S] [--no-prefix] [--keep-going] [--] PROG [ARGS...]\n"
+            RUN_USAGE
             "       collrun --env | --help | --version\n"
             "\n"
-            "Starts N ranks of PROG on this host with COLL_RANK, COLL_NRANKS, COLL_COMM_ID,\n"
-            "COLL_SECRET, COLL_LOCAL_RANK and COLL_LOCAL_SIZE set, and waits for them.\n"
+            "Starts N ranks of PROG with COLL_RANK, COLL_NRANKS, COLL_COMM_ID, COLL_SECRET,\n"
+            "COLL_LOCAL_RANK and COLL_LOCAL_SIZE set, and waits for them.\n"
             "\n"
-            "  -n N          number of ranks, 1 to %d\n"
+            "  -n N          number of ranks, 1 to %d (with --hosts: at most the slots,\n"
+            "                which are the default)\n"
+            "  --hosts LIST  run on these hosts: host[:slots],... (slots default to 1;\n"
+            "                user@host and [ipv6] work); localhost and this host's name run\n"
+            "                here, the others through the remote shell\n"
+            "  --rsh CMD     remote shell, called as CMD HOST COMMAND (default: ssh; CMD is\n"
+            "                split at blanks)\n"
+            "  --map MODE    block (default): fill each host in turn; rr: one rank per host\n"
+            "                in turn\n"
+            "  --port P      port of rank 0's rendezvous (default: a free one on this host;\n"
+            "                with other hosts a random one of %d-%d)\n"
+            "  --bind MODE   none, core (one core per rank, in turn) or numa (one NUMA node\n"
+            "                per rank, in turn); default: core when a host's ranks fit its\n"
+            "                cores, none otherwise\n"
+            "  --report-bindings  print each rank's CPUs on stderr\n"
             "  --timeout S   stop all ranks after S seconds (fractional; 0: none) and exit 124;\n"
             "                the default comes from COLLRUN_TIMEOUT\n"
             "  --no-prefix   pass output through as is, without the \"[rank] \" line prefix\n"
@@ -823,7 +1615,7 @@ static void run_help(FILE *f)
             "exits with the first failure's code (128+N for death by signal N).\n"
             "Exit codes: 0 all ranks succeeded, 2 bad arguments, 124 timeout, 125 collrun\n"
             "failed, 127 PROG cannot be executed, 128+N collrun got signal N.\n",
-            RUN_MAX_RANKS, RUN_TERM_GRACE_S);
+            RUN_MAX_RANKS, RUN_PORT_LOW, RUN_PORT_HIGH, RUN_TERM_GRACE_S);
 }
 
 __attribute__((format(printf, 1, 2))) static enum run_action run_usage(const char *fmt, ...)
@@ -833,9 +1625,7 @@ __attribute__((format(printf, 1, 2))) static enum run_action run_usage(const cha
     va_start(ap, fmt);
     vfprintf(stderr, fmt, ap);
     va_end(ap);
-    fputs("\nUsage: collrun -n N [--timeout S] [--no-prefix] [--keep-going] [--] PROG [ARGS...]\n"
-          "Try 'collrun --help' for more information.\n",
-          stderr);
+    fputs("\n" RUN_USAGE "Try 'collrun --help' for more information.\n", stderr);
     return RUN_ACT_USAGE;
 }
 
@@ -861,10 +1651,138 @@ static bool run_parse_seconds(const char *s, double *v_p)
     return true;
 }
 
+static bool run_parse_bind(const char *s, enum run_bind *bind_p)
+{
+    if (strcmp(s, "none") == 0)
+        *bind_p = RUN_BIND_NONE;
+    else if (strcmp(s, "core") == 0)
+        *bind_p = RUN_BIND_CORE;
+    else if (strcmp(s, "numa") == 0)
+        *bind_p = RUN_BIND_NUMA;
+    else
+        return false;
+    return true;
+}
+
+/* A host name goes to the remote shell's command line, into COLL_COMM_ID and into the
+ * prefix: letters, digits and ".-_:%" (':' and '%' only inside [ipv6]). */
+static bool run_host_chars_ok(const char *s, bool v6)
+{
+    if (*s == '\0' || *s == '-')
+        return false;
+    for (; *s != '\0'; s++) {
+        bool ok = (*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') ||
+                  (*s >= '0' && *s <= '9') || *s == '.' || *s == '-' || *s == '_' ||
+                  (v6 && (*s == ':' || *s == '%'));
+        if (!ok)
+            return false;
+    }
+    return true;
+}
+
+/* Parses one entry of --hosts, "[user@]host[:slots]" or "[user@][ipv6][:slots]". */
+static enum run_action run_parse_host(const char *item, struct run_host *h)
+{
+    char buf[RUN_HOST_MAX + 32];
+    if (strlen(item) >= sizeof buf)
+        return run_usage("host '%.40s...' in --hosts is too long", item);
+    snprintf(buf, sizeof buf, "%s", item);
+    char *at = strchr(buf, '@');
+    char *host = at != NULL ? at + 1 : buf;
+    bool v6 = host[0] == '[';
+    char *close_b = v6 ? strchr(host, ']') : NULL;
+    if (v6 && close_b == NULL)
+        return run_usage("invalid host '%s' in --hosts (no ']')", item);
+    char *colon = strchr(v6 ? close_b : host, ':');
+    h->slots = 1;
+    if (colon != NULL) {
+        *colon = '\0';
+        if (!run_parse_nranks(colon + 1, &h->slots))
+            return run_usage("invalid number of ranks '%s' for host '%s' in --hosts (want 1 "
+                             "to %d)", colon + 1, buf, RUN_MAX_RANKS);
+    }
+    if (v6) {
+        if (close_b[1] != '\0')
+            return run_usage("invalid host '%s' in --hosts", item);
+        *close_b = '\0';
+        host++;
+    }
+    if (at != NULL)
+        *at = '\0';
+    if (!run_host_chars_ok(host, v6) || (at != NULL && !run_host_chars_ok(buf, false)))
+        return run_usage("invalid host '%s' in --hosts", item);
+    size_t ulen = at != NULL ? strlen(buf) + 1 : 0;
+    h->addr = strdup(host);
+    h->name = malloc(ulen + strlen(host) + 1);
+    if (h->addr == NULL || h->name == NULL)
+        run_die_nomem(NULL);
+    sprintf(h->name, "%s%s%s", at != NULL ? buf : "", at != NULL ? "@" : "", host);
+    return RUN_ACT_RUN;
+}
+
+static enum run_action run_parse_hosts(const char *spec, struct run_opts *o)
+{
+    int n = 1;
+    for (const char *p = spec; *p != '\0'; p++)
+        n += *p == ',';
+    if (n > RUN_MAX_RANKS)
+        return run_usage("too many hosts in --hosts (at most %d)", RUN_MAX_RANKS);
+    o->hosts = calloc((size_t)n, sizeof *o->hosts);
+    if (o->hosts == NULL)
+        run_die_nomem(NULL);
+    long slots = 0;
+    const char *p = spec;
+    for (int k = 0; k < n; k++) {
+        size_t len = strcspn(p, ",");
+        char item[RUN_HOST_MAX + 32];
+        if (len == 0)
+            return run_usage("empty host in --hosts '%s'", spec);
+        if (len >= sizeof item)
+            return run_usage("host '%.40s...' in --hosts is too long", p);
+        memcpy(item, p, len);
+        item[len] = '\0';
+        o->nhosts = k + 1;
+        if (run_parse_host(item, &o->hosts[k]) != RUN_ACT_RUN)
+            return RUN_ACT_USAGE;
+        slots += o->hosts[k].slots;
+        p += len + 1;
+    }
+    if (slots > RUN_MAX_RANKS)
+        return run_usage("--hosts has %ld slots, more than %d", slots, RUN_MAX_RANKS);
+    if (o->nranks == 0)
+        o->nranks = (int)slots;
+    else if (o->nranks > slots)
+        return run_usage("-n %d is more than the %ld slots of --hosts", o->nranks, slots);
+    return RUN_ACT_RUN;
+}
+
+static void run_free_hosts(struct run_opts *o)
+{
+    for (int h = 0; h < o->nhosts; h++) {
+        free(o->hosts[h].name);
+        free(o->hosts[h].addr);
+    }
+    free(o->hosts);
+    o->hosts = NULL;
+}
+
+/* Matches "--name VALUE" and "--name=VALUE": false when a is another option; otherwise
+ * *val_p is the value, NULL when it is missing. */
+static bool run_opt_value(const char *a, const char *name, int argc, char **argv, int *i,
+                          const char **val_p)
+{
+    size_t n = strlen(name);
+    if (strncmp(a, name, n) != 0 || (a[n] != '\0' && a[n] != '='))
+        return false;
+    *val_p = a[n] == '=' ? a + n + 1 : (*i + 1 < argc ? argv[++*i] : NULL);
+    return true;
+}
+
 static enum run_action run_parse_args(int argc, char **argv, struct run_opts *o)
 {
-    bool have_n = false, have_timeout = false;
-    *o = (struct run_opts){.prefix = true};
+    bool have_timeout = false, have_map = false, have_rsh = false;
+    const char *hosts = NULL;
+    *o = (struct run_opts){.prefix = true, .rsh = "ssh"};
     int i = 1;
     for (; i < argc; i++) {
         const char *a = argv[i];
@@ -885,26 +1803,60 @@ static enum run_action run_parse_args(int argc, char **argv, struct run_opts *o)
             o->prefix = false;
         } else if (strcmp(a, "--keep-going") == 0) {
             o->keep_going = true;
+        } else if (strcmp(a, "--report-bindings") == 0) {
+            o->report_bindings = true;
         } else if (strncmp(a, "-n", 2) == 0) {
             val = a[2] != '\0' ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
             if (val == NULL)
                 return run_usage("option -n needs a number of ranks");
             if (!run_parse_nranks(val, &o->nranks))
                 return run_usage("invalid number of ranks '%s' (want 1 to %d)", val, RUN_MAX_RANKS);
-            have_n = true;
-        } else if (strcmp(a, "--timeout") == 0 || strncmp(a, "--timeout=", 10) == 0) {
-            val = a[9] == '=' ? a + 10 : (i + 1 < argc ? argv[++i] : NULL);
+        } else if (run_opt_value(a, "--timeout", argc, argv, &i, &val)) {
             if (val == NULL)
                 return run_usage("option --timeout needs a number of seconds");
             if (!run_parse_seconds(val, &o->timeout_s))
                 return run_usage("invalid timeout '%s' (want seconds >= 0)", val);
             have_timeout = true;
+        } else if (run_opt_value(a, "--hosts", argc, argv, &i, &val)) {
+            if (val == NULL || val[0] == '\0')
+                return run_usage("option --hosts needs a list of hosts");
+            hosts = val;
+        } else if (run_opt_value(a, "--rsh", argc, argv, &i, &val)) {
+            if (val == NULL || strspn(val, " \t") == strlen(val))
+                return run_usage("option --rsh needs a command");
+            o->rsh = val;
+            have_rsh = true;
+        } else if (run_opt_value(a, "--map", argc, argv, &i, &val)) {
+            if (val != NULL && strcmp(val, "block") == 0)
+                o->map = RUN_MAP_BLOCK;
+            else if (val != NULL && strcmp(val, "rr") == 0)
+                o->map = RUN_MAP_RR;
+            else
+                return run_usage("invalid --map '%s' (want block or rr)", val ? val : "");
+            have_map = true;
+        } else if (run_opt_value(a, "--bind", argc, argv, &i, &val)) {
+            if (val == NULL || !run_parse_bind(val, &o->bind))
+                return run_usage("invalid --bind '%s' (want none, core or numa)",
+                                 val ? val : "");
+        } else if (run_opt_value(a, "--port", argc, argv, &i, &val)) {
+            char *end;
+            long p = val != NULL ? strtol(val, &end, 10) : 0;
+            if (val == NULL || end == val || *end != '\0' || p < 1 || p > 65535)
+                return run_usage("invalid --port '%s' (want 1 to 65535)", val ? val : "");
+            o->port = (int)p;
         } else {
             return run_usage("unknown option '%s'", a);
         }
     }
-    if (!have_n)
-        return run_usage("missing -n N, the number of ranks");
+    if (hosts != NULL) {
+        if (run_parse_hosts(hosts, o) != RUN_ACT_RUN)
+            return RUN_ACT_USAGE;
+    } else {
+        if (o->nranks == 0)
+            return run_usage("missing -n N, the number of ranks (or --hosts)");
+        if (have_map || have_rsh)
+            return run_usage("--map and --rsh need --hosts");
+    }
     if (i >= argc)
         return run_usage("missing the program to run");
     o->argv = argv + i;
@@ -916,23 +1868,31 @@ static enum run_action run_parse_args(int argc, char **argv, struct run_opts *o)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "--rank-helper") == 0)
+        return run_helper_main(argc, argv);
     struct run_opts opts;
-    switch (run_parse_args(argc, argv, &opts)) {
+    enum run_action act = run_parse_args(argc, argv, &opts);
+    int code = 0;
+    switch (act) {
     case RUN_ACT_HELP:
         run_help(stdout);
-        return 0;
+        break;
     case RUN_ACT_VERSION:
         printf("collrun (libcollective) %d.%d.%d\n", COLL_MAJOR, COLL_MINOR, COLL_PATCH);
-        return 0;
+        break;
     case RUN_ACT_ENV:
         coll_param_print(stdout);
-        return fflush(stdout) == 0 ? 0 : RUN_EXIT_INTERNAL;
+        code = fflush(stdout) == 0 ? 0 : RUN_EXIT_INTERNAL;
+        break;
     case RUN_ACT_USAGE:
-        return RUN_EXIT_USAGE;
+        code = RUN_EXIT_USAGE;
+        break;
     case RUN_ACT_RUN:
+        /* Nothing buffered may be duplicated into the children by fork. */
+        fflush(NULL);
+        code = run_main(&opts);
         break;
     }
-    /* Nothing buffered may be duplicated into the children by fork. */
-    fflush(NULL);
-    return run_main(&opts);
+    run_free_hosts(&opts);
+    return code;
 }

@@ -56,7 +56,8 @@ struct coll_transport;
 struct coll_rank_info {
     int32_t rank;
     int32_t pid;
-    uint64_t host_hash;         /* hash of host name + boot id */
+    uint64_t host_hash;         /* hash of host name, boot id and network namespace */
+    int32_t cores;              /* online cores of its host */
     char host[64];              /* host name, for messages */
     union coll_sockaddr boot_addr; /* this rank's bootstrap listener */
     uint32_t boot_addrlen;

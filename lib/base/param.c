@@ -112,6 +112,15 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                                    "collectives of one communicator queued on streams that may "
                                    "run at once when their buffers are apart (1-8; 1: one after "
                                    "another)"},
+    [COLL_PARAM_TOPO_DUMP_FILE] = {"COLL_TOPO_DUMP_FILE", COLL_PARAM_TYPE_STR, NULL,
+                                   "write each rank's topology and transports as JSON there at "
+                                   "the end of init (%r rank, %h host, %p pid, %% a %)"},
+    [COLL_PARAM_TOPO_HWLOC] = {"COLL_TOPO_HWLOC", COLL_PARAM_TYPE_INT, "1",
+                               "0: read the topology from /proc and sysfs even where the build "
+                               "has hwloc"},
+    [COLL_PARAM_TOPO_SYSFS_ROOT] = {"COLL_TOPO_SYSFS_ROOT", COLL_PARAM_TYPE_STR, "/sys",
+                                    "where the topology reads sysfs (a copy, for tests); hwloc "
+                                    "reads /sys only"},
 };
 
 static pthread_once_t param_once = PTHREAD_ONCE_INIT;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/sysinfo.h>
 #include <time.h>
 #include <unistd.h>
@@ -13,6 +14,7 @@
 #include "exec.h"
 #include "flight.h"
 #include "fiber.h"
+#include "info.h"
 #include "internal.h"
 #include "mismatch.h"
 #include "pattern.h"
@@ -63,16 +65,20 @@ static uint64_t host_hash(char *host, size_t hostlen)
         h = (h ^ (uint8_t)*p) * 1099511628211ULL;
     for (const char *p = boot; *p; p++)
         h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+    /* and the network namespace: ranks in different ones reach each other as
+     * other hosts do (shared memory is not used between them) */
+    struct stat st;
+    uint64_t ns = stat("/proc/self/ns/net", &st) == 0 ? (uint64_t)st.st_ino : 0;
+    for (int i = 0; i < 8; i++)
+        h = (h ^ (uint8_t)(ns >> (8 * i))) * 1099511628211ULL;
     return h;
 }
 
 /* Resolves tuning that depends on the job's shape. */
 static void comm_tune(struct coll_comm *comm)
 {
-    int local = 0;
-    uint64_t me = comm->peers[comm->rank].info.host_hash;
-    for (int k = 0; k < comm->nranks; k++)
-        local += comm->peers[k].info.host_hash == me;
+    const struct coll_hosts *h = &comm->hosts;
+    int local = h->start[h->host[comm->rank] + 1] - h->start[h->host[comm->rank]];
     int cores = get_nprocs();
     comm->local_ranks = local;
     comm->cores = cores;
@@ -81,9 +87,11 @@ static void comm_tune(struct coll_comm *comm)
     /* Slices: with a core per rank, large slices cost fewest system calls.  With
      * more ranks than cores, small slices that stay in cache and keep every rank
      * of the ring busy win (measured: 32 KiB against 512 KiB gives 1.2-1.4x the
-     * bus bandwidth with 4 and 8 ranks on 2 cores; see docs/performance.md). */
+     * bus bandwidth with 4 and 8 ranks on 2 cores; see docs/performance.md).
+     * Every rank must cut alike, so the rule reads the most crowded host. */
     int64_t chunk = coll_param_int(COLL_PARAM_CHUNKSIZE);
-    comm->chunk_bytes = chunk > 0 ? (size_t)chunk : comm->oversubscribed ? 32 * 1024 : 512 * 1024;
+    bool crowded = h->max_local > h->min_cores;
+    comm->chunk_bytes = chunk > 0 ? (size_t)chunk : crowded ? 32 * 1024 : 512 * 1024;
     if (comm->chunk_bytes < 4096)
         comm->chunk_bytes = 4096;
     int64_t buff = coll_param_int(COLL_PARAM_BUFFSIZE);
@@ -140,6 +148,7 @@ static void comm_free(struct coll_comm *comm)
     coll_flight_fini(comm);
     coll_mismatch_fini(comm);
     coll_engine_fini(comm);
+    coll_hosts_fini(comm);
     free(comm->peers);
     free(comm->scratch);
     free(comm);
@@ -290,11 +299,13 @@ static collResult_t comm_setup(struct coll_comm *comm, const struct coll_id *id)
 
     struct coll_rank_info mine = {.rank = rank, .pid = (int32_t)getpid()};
     mine.host_hash = host_hash(mine.host, sizeof(mine.host));
+    mine.cores = get_nprocs();
     COLL_CHECK_GOTO(coll_bootstrap_prepare(comm, id, &mine), res, out);
     comm->peers[rank].info = mine;
     COLL_CHECK_GOTO(coll_transport_init(comm), res, out);
     mine = comm->peers[rank].info; /* now with the transports' handles */
     COLL_CHECK_GOTO(coll_bootstrap_init(comm, id, &mine), res, out);
+    COLL_CHECK_GOTO(coll_hosts_init(comm), res, out);
     comm_tune(comm);
 
     /* Ring neighbours connect now, so set-up errors surface at init and the
@@ -313,6 +324,7 @@ static collResult_t comm_setup(struct coll_comm *comm, const struct coll_id *id)
         res = collSystemError;
         goto out;
     }
+    coll_info_dump(comm); /* COLL_TOPO_DUMP_FILE */
     comm->boot_watch = true;
     COLL_INFO(COLL_SUBSYS_INIT, "rank %d of %d ready on %s pid %d%s%s", rank, nranks,
               comm->peers[rank].info.host, (int)getpid(), comm->name[0] ? " comm " : "",

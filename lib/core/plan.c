@@ -18,6 +18,7 @@
 #include "exec.h"
 #include "pattern.h"
 #include "reduce.h"
+#include "ring.h"
 
 /* Splits alpha, one round of the small allreduce (recursive doubling: each rank
  * sends one message and receives one, about n messages in all), into the round's
@@ -59,11 +60,50 @@ static int plan_cmp_double(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+/* A rank's speed of moving bytes (sent + received) as a core's and the host's:
+ * with a core per rank the rank's is one core's, with more ranks than cores
+ * the host's is shared by all. */
+static void plan_speeds(double rank_gbs, int local, int cores, double *core_p, double *host_p)
+{
+    if (local <= cores) {
+        *core_p = rank_gbs;
+        *host_p = rank_gbs * local;
+    } else {
+        *host_p = rank_gbs * local;
+        *core_p = *host_p / cores;
+    }
+}
+
+/* The best of three allgather halves of a ring allreduce over this host's
+ * ranks, on bytes of buf (warm: the flat probe used it), as copy speeds. */
+static collResult_t plan_local_probe(struct coll_comm *comm, char *buf, size_t bytes,
+                                     double alpha, double *core_p, double *host_p)
+{
+    const struct coll_hosts *h = &comm->hosts;
+    int host = h->host[comm->rank];
+    int L = h->start[host + 1] - h->start[host];
+    struct coll_ring_group local = {.n = L, .pos = h->index[comm->rank],
+                                    .members = &h->order[h->start[host]]};
+    struct coll_args g = {buf, buf, bytes, collUint8, collSum, 0};
+    double best_us = 1e300;
+    for (int rep = 0; rep < 3; rep++) {
+        coll_exec_begin(comm, "plan probe");
+        int64_t t0 = coll_now_ns();
+        COLL_CHECK(coll_ring_allreduce_ag(comm, &g, &local, L, true));
+        best_us = fmin(best_us, (double)(coll_now_ns() - t0) / 1e3);
+    }
+    double us = fmax(best_us - (L - 1) * alpha, 1.0);
+    plan_speeds(2.0 * (L - 1) / L * (double)bytes / (us * 1e3), L, comm->hosts.min_cores, core_p,
+                host_p);
+    return collSuccess;
+}
+
 collResult_t coll_plan_init(struct coll_comm *comm)
 {
     struct coll_model *m = &comm->model;
     int n = comm->nranks;
-    int cores = comm->cores, local = comm->local_ranks; /* from comm_tune */
+    /* The same on every rank: the most crowded host, the fewest cores. */
+    int cores = comm->hosts.min_cores, local = comm->hosts.max_local;
     int64_t lat = coll_param_int(COLL_PARAM_LINK_LATENCY_NS);
     int64_t bw = coll_param_int(COLL_PARAM_LINK_BW_MBS);
     m->local_ranks = local;
@@ -74,6 +114,9 @@ collResult_t coll_plan_init(struct coll_comm *comm)
     m->reduce_gbs = 10.0;
     double r_msg, r_wake, no_lend;
     plan_ratios(comm, &r_msg, &r_wake, &no_lend);
+    m->local_core_gbs = m->core_gbs;
+    m->local_host_gbs = m->host_gbs;
+    m->net_gbs = comm->hosts.n > 1 ? m->core_gbs : 0.0;
     if (n == 1 || (lat > 0 && bw > 0)) {
         /* Without the agreement below, every rank must see the same ratios: the
          * largest any transport has. */
@@ -114,23 +157,25 @@ collResult_t coll_plan_init(struct coll_comm *comm)
     }
     /* In the allgather every rank sends and receives (n-1) x per bytes, all at
      * once: with a core per rank that is one core's speed, with more ranks than
-     * cores it is the host's. */
+     * cores it is the host's.  The ring follows the hosts, so over several of
+     * them each host's link carries (n-1) x per bytes each way. */
     double us = fmax(best_us - (n - 1) * alpha, 1.0);
-    double rank_gbs = 2.0 * (n - 1) * (double)per / (us * 1e3);
     double core_gbs, host_gbs;
-    if (local <= cores) {
-        core_gbs = rank_gbs;
-        host_gbs = rank_gbs * local;
-    } else {
-        host_gbs = rank_gbs * local;
-        core_gbs = host_gbs / cores;
-    }
+    plan_speeds(2.0 * (n - 1) * (double)per / (us * 1e3), local, cores, &core_gbs, &host_gbs);
+    double net_gbs = (double)(n - 1) * (double)per / (us * 1e3);
+    /* Several hosts: the copy speeds within one, from the allgather half of a
+     * ring allreduce over each host's ranks (all hosts at once). */
+    double local_core_gbs = 1e30, local_host_gbs = 1e30;
+    if (comm->hosts.n > 1 && local > 1)
+        COLL_CHECK(plan_local_probe(comm, buf, (size_t)n * per, alpha, &local_core_gbs,
+                                    &local_host_gbs));
     /* Agree: the largest alpha and the smallest bandwidths of all ranks.  A rank
      * that entered a probe late times only its tail, so the slowest rank's figure
      * is the collective's.  The allreduce gives every rank the same bytes, so
      * every rank computes the same model and later makes the same choices. */
-    double agree[6] = {alpha, -core_gbs, -host_gbs, r_msg, r_wake, no_lend}, res[6];
-    struct coll_args a = {agree, res, 6, collDouble, collMax, 0};
+    double agree[9] = {alpha, -core_gbs, -host_gbs, r_msg, r_wake, no_lend,
+                       -net_gbs, -local_core_gbs, -local_host_gbs}, res[9];
+    struct coll_args a = {agree, res, 9, collDouble, collMax, 0};
     coll_exec_begin(comm, "plan probe");
     COLL_CHECK(rd->run[COLL_FUNC_ALLREDUCE](comm, &a));
     if (lat <= 0)
@@ -138,14 +183,24 @@ collResult_t coll_plan_init(struct coll_comm *comm)
     if (bw <= 0) {
         m->core_gbs = -res[1];
         m->host_gbs = -res[2];
+        if (comm->hosts.n > 1) {
+            m->net_gbs = -res[6];
+            m->local_core_gbs = -res[7] < 1e29 ? -res[7] : m->core_gbs;
+            m->local_host_gbs = -res[8] < 1e29 ? -res[8] : m->host_gbs;
+        } else {
+            m->local_core_gbs = m->core_gbs;
+            m->local_host_gbs = m->host_gbs;
+        }
     }
     coll_model_split_alpha(m, res[3], res[4]);
     m->lend = res[5] == 0;
     COLL_INFO(COLL_SUBSYS_ALGO, "machine model: alpha %.1f us (round %.1f, message %.1f, "
               "wake-up %.1f), core %.2f GB/s, host %.2f GB/s "
-              "(%d local ranks, %d cores), reduce %.1f GB/s%s", m->alpha_us, m->lat_us,
+              "(%d local ranks, %d cores), reduce %.1f GB/s; %d hosts, link %.3f GB/s, "
+              "within a host core %.2f, host %.2f GB/s%s", m->alpha_us, m->lat_us,
               m->msg_us, m->wake_us, m->core_gbs,
-              m->host_gbs, local, cores, m->reduce_gbs,
+              m->host_gbs, local, cores, m->reduce_gbs, comm->hosts.n, m->net_gbs,
+              m->local_core_gbs, m->local_host_gbs,
               lat > 0 || bw > 0 ? " (partly from COLL_LINK_*)" : " (measured)");
     return collSuccess;
 }

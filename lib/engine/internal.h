@@ -48,12 +48,30 @@ struct coll_model {
     int local_ranks;
     int cores;
     bool lend;        /* every transport in use lends received bytes in place (recv_peek) */
+    /* With ranks on several hosts (comm->hosts.n > 1), measured apart: the
+     * bytes one way through a host's link per second (GB/s), and core_gbs and
+     * host_gbs within a host; core_gbs and host_gbs above are then what the
+     * flat ring gets, the network included.  0 with one host. */
+    double net_gbs;
+    double local_core_gbs, local_host_gbs;
 };
 
 struct coll_tp_state {
     const struct coll_transport *tp;
     void *ctx;
     struct coll_conn *listener;
+};
+
+/* Which ranks share a host (hosts.c).  Identical on every rank. */
+struct coll_hosts {
+    int n;            /* hosts, numbered in the order of their lowest rank */
+    int *host;        /* rank -> its host */
+    int *index;       /* rank -> its place among its host's ranks (by rank) */
+    int *order;       /* the ranks host by host, by rank within a host */
+    int *pos;         /* rank -> its place in order */
+    int *start;       /* host j's ranks are order[start[j] .. start[j + 1]) */
+    int min_local, max_local; /* the fewest and the most ranks of a host */
+    int min_cores;    /* the fewest cores of a host */
 };
 
 struct coll_comm {
@@ -94,6 +112,7 @@ struct coll_comm {
     atomic_int idle_yields_empty;
     bool oversubscribed;           /* more ranks on this host than cores */
     int local_ranks;               /* ranks on this host (same host hash) */
+    struct coll_hosts hosts;
     int cores;                     /* online cores of this host */
     struct coll_model model;
     uint32_t algo_mask[COLL_FUNC_COUNT]; /* algorithms COLL_ALGO allows, per collective */
@@ -209,6 +228,10 @@ static inline void coll_comm_count_bytes(struct coll_comm *comm, uint64_t sent,
     if (received != 0)
         atomic_fetch_add_explicit(&comm->bytes_received, received, memory_order_relaxed);
 }
+
+/* comm->hosts from every rank's host_hash (hosts.c); fini frees it. */
+collResult_t coll_hosts_init(struct coll_comm *comm);
+void coll_hosts_fini(struct coll_comm *comm);
 
 /* Scratch of at least bytes, owned by comm. */
 collResult_t coll_comm_scratch(struct coll_comm *comm, size_t bytes, void **p_p);
