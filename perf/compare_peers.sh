@@ -132,7 +132,7 @@ run_ours_one() { # build name-suffix n size bytes [allreduce_perf args]
     shift 5
     local bind=()
     # shellcheck disable=SC2016
-    [ "$BIND" = 1 ] && bind=(sh -c 'exec taskset -c $((COLL_RANK % $(nproc))) "$0" "$@"')
+    [ "$BIND" = 1 ] && bind=(sh -c 'exec taskset -c $((COLL_RANK % $(getconf _NPROCESSORS_ONLN))) "$0" "$@"')
     # shellcheck disable=SC2046
     run "$ours$suffix" "$n" "$size" "$bd/tools/collrun" -n "$n" --no-prefix -- "${bind[@]}" \
         "$bd/perf/allreduce_perf" -b "$b" -e "$b" "$@" $(iters_for "$size")
