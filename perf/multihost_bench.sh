@@ -3,8 +3,8 @@
 # with shaped links, PER_HOST ranks on each, our allreduce_perf with the flat ring
 # (COLL_ALGO=ring), the hierarchical allreduce (COLL_ALGO=hier) and the planner (COLL_ALGO
 # unset), beside Gloo (ring, ring-chunked) and Open MPI (its own choice of algorithm, and its
-# ring) on the same cluster.  Every configuration's repetition k runs before any repetition k+1, so that
-# machine noise hits all alike; each figure is the median time of REPS runs, given as busbw
+# ring) on the same cluster.  Every configuration's repetition k runs before any repetition
+# k+1, so that machine noise hits all alike; each figure is the median time of REPS runs, given as busbw
 # (GB/s, 1e9 B) and as busbw / the link rate.  A second table gives, per (ranks per host,
 # size), the alpha-beta bound of the hierarchical allreduce as a busbw,
 #     bound = link x (2(n-1)/n) / (2(H-1)/H)     (n ranks, H hosts: each host's link must carry
@@ -19,6 +19,8 @@
 #        PEERS=../shared/peers  PEERS_WORK=/tmp/coll-peers (the peers are built there if
 #        missing, as perf/compare_peers.sh does)  OUT=dir (logs; default a new /tmp dir)
 #        TIMEOUT=300 (seconds per run)
+#        TABLE_ONLY=1 with OUT=<a run's logs> (and its HOSTS, PER_HOST, SIZES, REPS, RATE):
+#        print the tables again from those logs, running nothing
 #
 # Needs root (network namespaces): exits 77 otherwise.  The cluster gets a prefix of its own
 # (mhb<pid>x) and is torn down on exit, error or interrupt.  How the peers are run:
@@ -52,18 +54,23 @@ OMPI_ALGOS=${OMPI_ALGOS:-"default ring"}
 PEERS=${PEERS:-$here/../shared/peers}
 PEERS_WORK=${PEERS_WORK:-/tmp/coll-peers}
 TIMEOUT=${TIMEOUT:-300}
+TABLE_ONLY=${TABLE_ONLY:-0}
 
-if [ "$(id -u)" != 0 ]; then
-    echo "multihost_bench: skipped: needs root (network namespaces)" >&2
-    exit 77
-fi
-for t in ip tc unshare flock; do
-    command -v "$t" >/dev/null || { echo "multihost_bench: skipped: no '$t'" >&2; exit 77; }
-done
 [ "$HOSTS" -ge 2 ] 2>/dev/null || { echo "HOSTS must be 2 or more, not '$HOSTS'" >&2; exit 2; }
-for b in "$build/tools/collrun" "$build/perf/allreduce_perf"; do
-    [ -x "$b" ] || { echo "missing $b (nice ninja -C $BUILD)" >&2; exit 1; }
-done
+if [ "$TABLE_ONLY" = 1 ]; then
+    if [ -z "${OUT:-}" ] || [ ! -d "$OUT" ]; then echo "TABLE_ONLY=1 needs OUT=<the logs of a run>" >&2; exit 2; fi
+else
+    if [ "$(id -u)" != 0 ]; then
+        echo "multihost_bench: skipped: needs root (network namespaces)" >&2
+        exit 77
+    fi
+    for t in ip tc unshare flock; do
+        command -v "$t" >/dev/null || { echo "multihost_bench: skipped: no '$t'" >&2; exit 77; }
+    done
+    for b in "$build/tools/collrun" "$build/perf/allreduce_perf"; do
+        [ -x "$b" ] || { echo "missing $b (nice ninja -C $BUILD)" >&2; exit 1; }
+    done
+fi
 
 bytes_of() {
     local v=$1
@@ -100,7 +107,11 @@ peer_iters_for() { # the same for the peers' benchmarks: warm-up, then exactly N
 # The peers: built as perf/compare_peers.sh builds them, when missing.
 peer_note=""
 ompi_ok=0 gloo_ok=0
-if [ "$NO_PEERS" != 1 ]; then
+if [ "$TABLE_ONLY" = 1 ]; then # the peers whose logs are there
+    compgen -G "$OUT/gloo_*.log" >/dev/null && gloo_ok=1
+    compgen -G "$OUT/ompi_*.log" >/dev/null && ompi_ok=1
+    [ "$gloo_ok$ompi_ok" = 00 ] && NO_PEERS=1
+elif [ "$NO_PEERS" != 1 ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     if [ ! -x "$PEERS_WORK/bin/mpi_coll_perf_ompi" ] || [ ! -x "$PEERS_WORK/bin/gloo_coll_perf" ]; then
         if ! command -v mpicc.openmpi >/dev/null || ! dpkg -s libgloo-dev >/dev/null 2>&1; then
@@ -131,17 +142,21 @@ child=""
 bgwait() { "$@" & child=$!; wait "$child"; }
 cleanup() {
     local rc=$?
-    trap - EXIT INT TERM HUP
+    set +e
+    trap - EXIT INT TERM HUP PIPE
     [ -n "$child" ] && kill -TERM "$child" 2>/dev/null
     "$cluster" down --prefix "$prefix" --kill >/dev/null 2>&1 || true
     for s in "${stores[@]}"; do rm -rf "$s"; done
     exit "$rc"
 }
-trap cleanup EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
-trap 'exit 129' HUP
-"$cluster" up -n "$HOSTS" --prefix "$prefix" --rate "$RATE" >/dev/null
+if [ "$TABLE_ONLY" != 1 ]; then
+    trap cleanup EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
+    trap 'exit 129' HUP
+    trap 'exit 141' PIPE
+    "$cluster" up -n "$HOSTS" --prefix "$prefix" --rate "$RATE" >/dev/null
+fi
 addr_of() { awk -v n="$prefix$1" '$2 == n {print $1; exit}' "/run/netns-cluster/$prefix/hosts"; }
 
 unset COLL_ALGO
@@ -220,6 +235,7 @@ peer_label() { # log name -> column header
     esac
 }
 
+measure() {
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 echo "# logs in $OUT; cluster $prefix: $HOSTS hosts, links $RATE; PER_HOST=\"$PER_HOST\" SIZES=\"$SIZES\" REPS=$REPS" >&2
 [ -n "$peer_note" ] && echo "#$peer_note" >&2
@@ -238,6 +254,17 @@ for ((rep = 1; rep <= REPS; rep++)); do
         done
     done
 done
+# what the tables print besides the logs (TABLE_ONLY=1 prints them again from here)
+{
+    echo "date=$(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo "machine=$(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'))"
+    echo "load=before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg)"
+    echo "peer_note=$peer_note"
+} > "$OUT/meta"
+}
+[ "$TABLE_ONLY" = 1 ] || measure
+meta() { sed -n "s/^$1=//p" "$OUT/meta" 2>/dev/null; }
+[ "$TABLE_ONLY" = 1 ] && peer_note=$(meta peer_note)
 
 # median out-of-place time (us) over the runs in log NAME.pPPN.SIZE.log ("" when none)
 median_time() {
@@ -258,7 +285,7 @@ cell() { # busbw -> "0.117 (0.94)"
         if (l > 0) printf "%.3f (%.2f)", x, x / l; else printf "%.3f", x }'
 }
 frac() { awk -v a="$1" -v b="$2" 'BEGIN {if (a + 0 > 0 && b + 0 > 0) printf "%.2f", a / b; else print "-"}'; }
-maxof() { echo "$*" | awk '{m = 0; for (i = 1; i <= NF; i++) if ($i + 0 > m) m = $i + 0} END {if (m > 0) print m}'; }
+maxof() { echo "$*" | awk 'BEGIN {m = 0} {for (i = 1; i <= NF; i++) if ($i + 0 > m) m = $i + 0} END {if (m > 0) print m}'; }
 best_peer() { # ppn size -> the label of the fastest peer
     local p m=0 w="-"
     for p in $peers; do
@@ -266,9 +293,12 @@ best_peer() { # ppn size -> the label of the fastest peer
     done
     echo "$w"
 }
-planner_algo() { # what the planner chose, from the last "Algorithm by size" line
-    grep -h "Algorithm by size" "$OUT/plan.p$1.$2.log" 2>/dev/null | tail -1 |
-        sed 's/.*(bytes): //; s/ from [0-9]*//g; s/,//g' | awk '{print $1}'
+planner_algo() { # what the planner chose ("Algorithm by size" lines): "ring", or "hier 2/3" when
+    # the runs differ (it measures the machine at init, so close calls can go either way)
+    grep -h "Algorithm by size" "$OUT/plan.p$1.$2.log" 2>/dev/null | sed 's/.*(bytes): //' |
+        awk '{c[$1]++; t++} END {k = 0; for (a in c) k++
+            if (k == 1) for (a in c) print a
+            else {s = ""; for (a in c) s = s (s == "" ? "" : ", ") a " " c[a] "/" t; print s}}'
 }
 
 peers=$(peer_names)
@@ -287,8 +317,8 @@ done
 
 echo "## allreduce on $HOSTS simulated hosts, links $RATE"
 echo
-echo "$(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores ($(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //')), shared by all the simulated hosts;"
-echo "load average before: $load_before, after: $(cut -d' ' -f1-3 /proc/loadavg)."
+echo "Run ending $(meta date), on $(meta machine), shared by all the simulated hosts;"
+echo "load average $(meta load)."
 echo "busbw in GB/s (1e9 B) from the median out-of-place time of $REPS runs (interleaved),"
 echo "and in brackets busbw / the link rate ($RATE = ${link_gbs:-?} GB/s; tbf lets about 0.956 of it through as TCP goodput)."
 [ -n "$peer_note" ] && { echo; echo "**Peers:**$peer_note"; }
