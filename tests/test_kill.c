@@ -816,6 +816,17 @@ int main(int argc, char **argv)
                     rec->msg, v);
             failures++;
         }
+        /* A killed rank is named by every survivor, whichever peer it heard of the
+         * death from: one that merely shut its connections after hearing of it is
+         * not the cause (the notice that names the victim may come round the
+         * bootstrap ring through busy ranks). */
+        bool killed = fault == FAULT_KILL_DURING || fault == FAULT_KILL_BEFORE ||
+                      fault == FAULT_KILL_AFTER;
+        if (killed && rec->stage != STAGE_INIT && !strstr(rec->msg, vname)) {
+            fprintf(stderr, "FAIL: rank %d: '%s' does not name rank %d, which was killed\n", r,
+                    rec->msg, v);
+            failures++;
+        }
         if (fault == FAULT_STOP && !strstr(rec->msg, "rank ")) {
             fprintf(stderr, "FAIL: rank %d: '%s' names no rank\n", r, rec->msg);
             failures++;

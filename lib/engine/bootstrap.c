@@ -623,6 +623,8 @@ collResult_t coll_bootstrap_notice_check(struct coll_comm *comm, const struct po
         struct boot_notice msg = {0, -1};
         ssize_t got = recv(pfds[i].fd, &msg, sizeof(msg), MSG_DONTWAIT);
         if (got >= 1 && msg.tag == BOOT_FAILURE_NOTICE) {
+            if (atomic_load(&comm->async_error) != collSuccess)
+                return collRemoteError; /* poisoned already: its first cause stands */
             int nr = comm->nranks;
             int prev = (comm->rank - 1 + nr) % nr, next = (comm->rank + 1) % nr;
             int from = side == 0 ? prev : next;
@@ -647,6 +649,18 @@ collResult_t coll_bootstrap_notice_check(struct coll_comm *comm, const struct po
             comm->boot_eof[side] = true; /* gone: watch it no more */
     }
     return collSuccess;
+}
+
+int coll_bootstrap_gone_neighbour(const struct coll_comm *comm)
+{
+    int nr = comm->nranks;
+    if (!comm->boot_watch || nr < 2)
+        return -1;
+    if (comm->boot_eof[0])
+        return (comm->rank - 1 + nr) % nr;
+    if (comm->boot_eof[1])
+        return (comm->rank + 1) % nr;
+    return -1;
 }
 
 void coll_bootstrap_fini(struct coll_comm *comm)

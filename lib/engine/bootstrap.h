@@ -64,5 +64,8 @@ int coll_bootstrap_notice_fds(struct coll_comm *comm, struct pollfd *pfds);
  * and returns collRemoteError, described for collGetLastError. */
 collResult_t coll_bootstrap_notice_check(struct coll_comm *comm, const struct pollfd *pfds,
                                          int n);
+/* A bootstrap neighbour whose ring connection was seen closed (by
+ * coll_bootstrap_notice_check), or -1. */
+int coll_bootstrap_gone_neighbour(const struct coll_comm *comm);
 
 #endif

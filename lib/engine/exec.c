@@ -9,6 +9,7 @@
 #include "exec.h"
 #include "fiber.h"
 
+#include <errno.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,29 +29,67 @@ void coll_exec_begin(struct coll_comm *comm, const char *op_name)
     coll_transport_sweep(comm, now);
 }
 
+/* How long a request that failed without a cause of its own (the peer closed the
+ * connection) waits for the failure notice that names the rank to blame.  The
+ * notice may come round the bootstrap ring through ranks that are busy, so a few
+ * scheduler slices on a loaded host; a real failure is reported this much later. */
+#define EXEC_NOTICE_WAIT_MS 500
+
+/* Waits for a failure notice after c's peer closed the connection.  Returns true
+ * when one came (comm is poisoned and its error set); otherwise *gone_p is a
+ * bootstrap neighbour whose ring connection closed meanwhile (it died or left:
+ * the likelier cause than the peer that merely shut its connections), or -1. */
+static bool exec_await_notice(struct coll_comm *comm, int *gone_p)
+{
+    int64_t now = coll_now_ns(), end = now + EXEC_NOTICE_WAIT_MS * 1000000LL;
+    if (end > comm->deadline_ns)
+        end = comm->deadline_ns;
+    *gone_p = -1;
+    for (;;) {
+        struct pollfd pf[2];
+        int nn = coll_bootstrap_notice_fds(comm, pf);
+        if (nn > 0 && poll(pf, (nfds_t)nn, 0) > 0 &&
+            coll_bootstrap_notice_check(comm, pf, nn) != collSuccess)
+            return true;
+        *gone_p = coll_bootstrap_gone_neighbour(comm);
+        now = coll_now_ns();
+        if (nn == 0 || *gone_p >= 0 || now >= end)
+            return false;
+        int ms = (int)((end - now) / 1000000) + 1;
+        (void)poll(pf, (nfds_t)nn, ms < 20 ? ms : 20);
+    }
+}
+
 /* Describes a failed request: operation, peer, its host and address, cause. */
 static void exec_fail(struct coll_comm *comm, struct coll_conn *c, collResult_t res)
 {
     /* A peer that closed the connection because it heard of a failure sent its
-     * notice first (coll_comm_poison notifies, then shuts connections down); when
-     * one comes from a ring neighbour, it names the rank to blame. */
-    if (c->err_no == 0 && c->err_text == NULL) {
-        struct pollfd pf[2];
-        int nn = coll_bootstrap_notice_fds(comm, pf);
-        if (nn > 0 && poll(pf, (nfds_t)nn, 10) > 0 &&
-            coll_bootstrap_notice_check(comm, pf, nn) != collSuccess)
-            return;
-    }
-    coll_comm_blame(comm, c->peer);
+     * notice first (coll_comm_poison notifies, then shuts connections down), to
+     * its bootstrap neighbours, who pass it on: it names the rank to blame. */
+    /* A communicator already poisoned keeps its first cause: requests that fail
+     * after it, on the connections its poisoning shut, say nothing new. */
+    if (atomic_load(&comm->async_error) != collSuccess)
+        return;
+    int gone = -1;
+    bool closed = c->err_text == NULL &&
+                  (c->err_no == 0 || c->err_no == EPIPE || c->err_no == ECONNRESET);
+    if (closed && exec_await_notice(comm, &gone))
+        return;
     const struct coll_rank_info *pi = &comm->peers[c->peer].info;
     char a[COLL_ADDR_STRLEN];
     coll_socket_addr_str((const struct sockaddr *)&pi->boot_addr, a, sizeof(a));
     const char *what = c->err_text ? c->err_text
                        : c->err_no ? strerror(c->err_no)
                        : (c->is_send ? "connection closed" : "connection closed by peer");
-    coll_set_error(comm, "%s #%llu: %s rank %d (%.64s, %s) over %s failed: %s", comm->op_name,
-                   (unsigned long long)comm->seq, c->is_send ? "sending to" : "receiving from",
-                   c->peer, pi->host, a, c->tp->name, what);
+    char cause[160] = "";
+    if (gone >= 0 && gone != c->peer)
+        snprintf(cause, sizeof(cause), "rank %d (%.64s) is gone (its bootstrap connection "
+                 "closed); ", gone, comm->peers[gone].info.host);
+    coll_comm_blame(comm, gone >= 0 ? gone : c->peer);
+    coll_set_error(comm, "%s #%llu: %s%s rank %d (%.64s, %s) over %s failed: %s", comm->op_name,
+                   (unsigned long long)comm->seq, cause,
+                   c->is_send ? "sending to" : "receiving from", c->peer, pi->host, a,
+                   c->tp->name, what);
     coll_comm_poison(comm, res);
 }
 
