@@ -20,9 +20,12 @@
  * 2 (H - 1) against 2 (H L - 1).  Every element is reduced in a fixed order (its
  * host's ring, then the hosts' ring), so every rank gets the same bytes, run
  * after run; collAvg divides once, by N, at the end of step 2. */
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "algo.h"
+#include "group.h"
 #include "internal.h"
 #include "reduce.h"
 #include "ring.h"
@@ -68,43 +71,322 @@ static collResult_t hier_allreduce(struct coll_comm *comm, const struct coll_arg
     return coll_ring_allreduce_ag(comm, &g, &local, C, true);
 }
 
+/* --- broadcast, reduce, allgather and reduce-scatter ---
+ *
+ * Each host has a leader: the root on the root's host, else the host's first
+ * rank.  The network is crossed by the leaders only, in a chain or ring of one
+ * flow per host; within a host a chain over shared memory.  The steps run one
+ * after the other, so hier gains where the flat ring's steps cost more than its
+ * bytes (small buffers, many ranks), and the planner weighs that:
+ *   broadcast        across: chain of the leaders from the root; then within
+ *                    each host: chain from its leader;
+ *   reduce           within each host: chain reduce to its leader; across:
+ *                    chain reduce of the hosts' sums to the root (collAvg
+ *                    divides there, once);
+ *   allgather        within: ring allgather of the host's blocks; across: ring
+ *                    allgather of whole hosts' blocks by the leaders; within:
+ *                    chain broadcast from the leader of the other hosts' blocks;
+ *   reduce_scatter   within: chain reduce of the whole buffer to the leader;
+ *                    across: ring reduce-scatter of hosts' regions by the
+ *                    leaders; within: chain broadcast of the host's region.
+ * Allgather and reduce-scatter work in host order (comm->hosts.order, where a
+ * host's blocks are contiguous): with ranks numbered host by host that is rank
+ * order and the output itself, else a scratch copy permuted at the end (or, for
+ * reduce-scatter, after the first step). */
+
+struct hier_view {
+    const struct coll_hosts *h;
+    int host, L, H;
+    struct coll_ring_group local;
+};
+
+static struct hier_view hier_view_of(const struct coll_comm *comm)
+{
+    const struct coll_hosts *h = &comm->hosts;
+    int host = h->host[comm->rank];
+    struct hier_view v = {.h = h, .host = host, .H = h->n,
+                          .L = h->start[host + 1] - h->start[host]};
+    v.local = (struct coll_ring_group){.n = v.L, .pos = h->index[comm->rank],
+                                       .members = &h->order[h->start[host]]};
+    return v;
+}
+
+/* The leaders' group: host j's leader is the root on the root's host (root >=
+ * 0), else its first rank.  members: H entries. */
+static struct coll_ring_group hier_leaders(const struct hier_view *v, int root, int *members)
+{
+    for (int j = 0; j < v->H; j++)
+        members[j] = root >= 0 && j == v->h->host[root] ? root : hier_rank(v->h, j, 0);
+    return (struct coll_ring_group){.n = v->H, .pos = v->host, .members = members};
+}
+
+/* Whether the hosts' order is the rank order (ranks numbered host by host). */
+static bool hier_order_is_ranks(const struct coll_comm *comm)
+{
+    for (int i = 0; i < comm->nranks; i++)
+        if (comm->hosts.order[i] != i)
+            return false;
+    return true;
+}
+
+static collResult_t hier_broadcast(struct coll_comm *comm, const struct coll_args *a)
+{
+    struct hier_view v = hier_view_of(comm);
+    size_t bytes = a->count * coll_dtype_size(a->dtype);
+    int root = a->root, me = comm->rank;
+    bool is_root = me == root;
+    if (is_root && a->recvbuf != a->sendbuf && bytes > 0)
+        memcpy(a->recvbuf, a->sendbuf, bytes);
+    if (comm->nranks == 1 || bytes == 0)
+        return collSuccess;
+    int lead_place = v.host == v.h->host[root] ? v.h->index[root] : 0;
+    if (v.local.pos == lead_place && v.H > 1) {
+        int *members;
+        COLL_CHECK(coll_calloc(&members, (size_t)v.H));
+        struct coll_ring_group across = hier_leaders(&v, root, members);
+        collResult_t res = coll_group_bcast(comm, &across, v.h->host[root], a->recvbuf,
+                                            a->recvbuf, bytes, v.L == 1);
+        free(members);
+        COLL_CHECK(res);
+    }
+    return coll_group_bcast(comm, &v.local, lead_place, a->recvbuf, a->recvbuf, bytes, true);
+}
+
+static collResult_t hier_reduce(struct coll_comm *comm, const struct coll_args *a)
+{
+    struct hier_view v = hier_view_of(comm);
+    size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
+    int root = a->root, me = comm->rank, N = comm->nranks;
+    int avg = a->op == collAvg ? N : 0;
+    if (N == 1 || bytes == 0) {
+        if (me == root && a->recvbuf != a->sendbuf && bytes > 0)
+            memcpy(a->recvbuf, a->sendbuf, bytes);
+        return collSuccess;
+    }
+    int lead_place = v.host == v.h->host[root] ? v.h->index[root] : 0;
+    bool leader = v.local.pos == lead_place;
+    /* The host's sum: the root's output, another leader's scratch. */
+    size_t slots = coll_group_reduce_slots(comm, a->count, a->dtype);
+    char *work;
+    COLL_CHECK(coll_comm_scratch(comm, bytes + slots, (void **)&work));
+    void *sum = me == root ? a->recvbuf : work;
+    const void *host_sum = a->sendbuf;
+    if (v.L > 1) {
+        COLL_CHECK(coll_group_reduce(comm, &v.local, lead_place, a->sendbuf, sum, a->count,
+                                     a->dtype, a->op, v.H == 1 ? avg : 0, work + bytes,
+                                     v.H == 1));
+        host_sum = sum;
+    }
+    if (!leader || v.H == 1)
+        return collSuccess;
+    int *members;
+    COLL_CHECK(coll_calloc(&members, (size_t)v.H));
+    struct coll_ring_group across = hier_leaders(&v, root, members);
+    collResult_t res = coll_group_reduce(comm, &across, v.h->host[root], host_sum, a->recvbuf,
+                                         a->count, a->dtype, a->op, avg, work + bytes, true);
+    free(members);
+    return res;
+}
+
+static collResult_t hier_allgather(struct coll_comm *comm, const struct coll_args *a)
+{
+    struct hier_view v = hier_view_of(comm);
+    const struct coll_hosts *h = v.h;
+    int N = comm->nranks, me = comm->rank;
+    size_t B = a->count * coll_dtype_size(a->dtype), total = (size_t)N * B;
+    bool direct = hier_order_is_ranks(comm);
+    char *G = a->recvbuf;
+    if (!direct && B > 0)
+        COLL_CHECK(coll_comm_scratch(comm, total, (void **)&G));
+    char *mine = G + (size_t)h->pos[me] * B;
+    if (B > 0 && (const char *)a->sendbuf != mine)
+        memmove(mine, a->sendbuf, B);
+    if (N == 1 || B == 0)
+        return collSuccess;
+    size_t *off, *len;
+    int most = v.H > h->max_local ? v.H : h->max_local;
+    COLL_CHECK(coll_calloc(&off, 2 * (size_t)most));
+    len = off + most;
+    int *members = NULL;
+    collResult_t res = collSuccess;
+    for (int j = 0; j < v.L; j++) {
+        off[j] = ((size_t)h->start[v.host] + j) * B;
+        len[j] = B;
+    }
+    res = coll_group_allgatherv(comm, &v.local, G, off, len, false);
+    if (res == collSuccess && v.local.pos == 0 && v.H > 1) {
+        res = coll_calloc(&members, (size_t)v.H);
+        if (res == collSuccess) {
+            struct coll_ring_group across = hier_leaders(&v, -1, members);
+            for (int k = 0; k < v.H; k++) {
+                off[k] = (size_t)h->start[k] * B;
+                len[k] = (size_t)(h->start[k + 1] - h->start[k]) * B;
+            }
+            res = coll_group_allgatherv(comm, &across, G, off, len, false);
+        }
+    }
+    /* The other hosts' blocks, before and after this host's. */
+    size_t lo = (size_t)h->start[v.host] * B, hi = (size_t)h->start[v.host + 1] * B;
+    if (res == collSuccess && v.H > 1)
+        res = coll_group_bcast(comm, &v.local, 0, G, G, lo, false);
+    if (res == collSuccess && v.H > 1)
+        res = coll_group_bcast(comm, &v.local, 0, G + hi, G + hi, total - hi, true);
+    free(members);
+    free(off);
+    COLL_CHECK(res);
+    if (!direct)
+        for (int p = 0; p < N; p++)
+            memcpy((char *)a->recvbuf + (size_t)h->order[p] * B, G + (size_t)p * B, B);
+    return collSuccess;
+}
+
+static collResult_t hier_reduce_scatter(struct coll_comm *comm, const struct coll_args *a)
+{
+    struct hier_view v = hier_view_of(comm);
+    const struct coll_hosts *h = v.h;
+    int N = comm->nranks, me = comm->rank;
+    size_t esize = coll_dtype_size(a->dtype), B = a->count * esize, total = (size_t)N * B;
+    size_t count_all = (size_t)N * a->count;
+    bool direct = hier_order_is_ranks(comm);
+    int avg = a->op == collAvg ? N : 0;
+    if (N == 1 || B == 0) {
+        const char *own = (const char *)a->sendbuf + (size_t)me * B;
+        if (B > 0 && (const char *)a->recvbuf != own)
+            memcpy(a->recvbuf, own, B);
+        return collSuccess;
+    }
+    /* Scratch: the host's sum P (rank order), Q (host order, when that differs),
+     * R (this host's region, reduced over all), then room for slots or partials. */
+    size_t region = (size_t)v.L * B;
+    size_t slots = coll_group_reduce_slots(comm, count_all, a->dtype);
+    size_t most = (size_t)h->max_local * B;
+    size_t room = slots > 2 * most ? slots : 2 * most;
+    char *P;
+    COLL_CHECK(coll_comm_scratch(comm, total + (direct ? 0 : total) + region + room,
+                                 (void **)&P));
+    char *Q = direct ? P : P + total, *R = Q + total, *work = R + region;
+    bool leader = v.local.pos == 0;
+    const char *sum = a->sendbuf;
+    if (v.L > 1) {
+        COLL_CHECK(coll_group_reduce(comm, &v.local, 0, a->sendbuf, P, count_all, a->dtype,
+                                     a->op, 0, work, false));
+        sum = P;
+    }
+    if (leader) {
+        const char *in = sum;
+        if (!direct) {
+            for (int p = 0; p < N; p++)
+                memcpy(Q + (size_t)p * B, sum + (size_t)h->order[p] * B, B);
+            in = Q;
+        }
+        size_t *off;
+        COLL_CHECK(coll_calloc(&off, 2 * (size_t)v.H));
+        size_t *len = off + v.H;
+        int *members;
+        collResult_t res = coll_calloc(&members, (size_t)v.H);
+        if (res == collSuccess) {
+            for (int k = 0; k < v.H; k++) {
+                off[k] = (size_t)h->start[k] * a->count;
+                len[k] = (size_t)(h->start[k + 1] - h->start[k]) * a->count;
+            }
+            struct coll_ring_group across = hier_leaders(&v, -1, members);
+            res = coll_group_reduce_scatterv(comm, &across, in, R, off, len, a->dtype, a->op,
+                                             avg, work, v.L == 1);
+            free(members);
+        }
+        free(off);
+        COLL_CHECK(res);
+    }
+    COLL_CHECK(coll_group_bcast(comm, &v.local, 0, R, R, region, true));
+    memcpy(a->recvbuf, R + (size_t)v.local.pos * B, B);
+    return collSuccess;
+}
+
 static bool hier_can_run(const struct coll_comm *comm, enum coll_func f,
                          const struct coll_args *a)
 {
-    return f == COLL_FUNC_ALLREDUCE;
+    return f == COLL_FUNC_ALLREDUCE || f == COLL_FUNC_BROADCAST || f == COLL_FUNC_REDUCE ||
+           f == COLL_FUNC_ALLGATHER || f == COLL_FUNC_REDUCE_SCATTER;
 }
 
-/* With one host, or one rank per host, this is the flat ring with more steps:
- * never predicted to win.  Otherwise the outer steps at the speed the model
- * measured within a host, the middle one at the link's (net_gbs: the bytes one
- * way through a host's link, which the C rings of a host share). */
+/* A chain over the L ranks of a host moving `bytes` (reduced or not), under
+ * the model within a host. */
+static double hier_chain_in(const struct coll_comm *comm, const struct coll_model *in, int L,
+                            double bytes, bool reduce)
+{
+    if (L < 2 || bytes <= 0)
+        return 0;
+    double slice = fmin(bytes, (double)comm->chunk_bytes);
+    return coll_model_cost(in, L, &(struct coll_cost){
+        .rounds = L - 1, .msgs = L - 1, .busiest_msgs = 2,
+        .rank_bytes = 2 * bytes + 2 * (L - 2) * slice, .total_bytes = 2.0 * (L - 1) * bytes,
+        .reduce_bytes = reduce ? bytes : 0});
+}
+
+/* rounds steps across the hosts moving link_bytes one way through a host's
+ * link, reducing reduce_bytes on the way. */
+static double hier_across(const struct coll_model *m, int rounds, double link_bytes,
+                          double reduce_bytes)
+{
+    return rounds * m->lat_us + 2.0 * rounds * m->msg_us + link_bytes / (m->net_gbs * 1e3) +
+           reduce_bytes / (m->reduce_gbs * 1e3);
+}
+
+/* With one host, or one rank per host, this is the flat ring (or chain) with
+ * more steps: never predicted to win.  Otherwise the steps within the hosts at
+ * the speed the model measured there, those across at the link's (net_gbs: the
+ * bytes one way through a host's link, which the C rings of a host share), one
+ * after the other. */
 static double hier_predict(const struct coll_comm *comm, enum coll_func f,
                            const struct coll_args *a, const struct coll_model *m)
 {
     const struct coll_hosts *h = &comm->hosts;
-    if (f != COLL_FUNC_ALLREDUCE || h->n == 1 || h->max_local == 1 || m->net_gbs <= 0)
+    if (!hier_can_run(comm, f, a) || h->n == 1 || h->max_local == 1 || m->net_gbs <= 0)
         return 1e300;
     double S = (double)(a->count * coll_dtype_size(a->dtype));
-    int H = h->n, L = h->max_local, C = h->min_local;
+    int H = h->n, L = h->max_local, C = h->min_local, N = comm->nranks;
     double local_frac = (double)(L - 1) / L, across_frac = (double)(H - 1) / H;
     double rs = m->lend ? 2.0 / 3.0 : 1.0;
     struct coll_model in = *m;
     in.core_gbs = m->local_core_gbs;
     in.host_gbs = m->local_host_gbs;
     in.local_ranks = L;
-    double in_host = coll_model_cost(&in, L, &(struct coll_cost){
-        .rounds = 2 * (L - 1), .msgs = 2.0 * L * (L - 1), .busiest_msgs = 4.0 * (L - 1),
-        .rank_bytes = (2 + 2 * rs) * local_frac * S, .total_bytes = (2 + 2 * rs) * (L - 1) * S,
-        .reduce_bytes = local_frac * S});
-    double link_bytes = 2 * across_frac * S; /* one way, all C rings of a host */
-    double across = 2 * (H - 1) * m->lat_us + 4.0 * (H - 1) * m->msg_us +
-                    link_bytes / (m->net_gbs * 1e3) + across_frac * S / C / (m->reduce_gbs * 1e3);
-    return in_host + across;
+    switch (f) {
+    case COLL_FUNC_ALLREDUCE: {
+        double in_host = coll_model_cost(&in, L, &(struct coll_cost){
+            .rounds = 2 * (L - 1), .msgs = 2.0 * L * (L - 1), .busiest_msgs = 4.0 * (L - 1),
+            .rank_bytes = (2 + 2 * rs) * local_frac * S,
+            .total_bytes = (2 + 2 * rs) * (L - 1) * S, .reduce_bytes = local_frac * S});
+        /* one way, all C rings of a host */
+        return in_host + hier_across(m, 2 * (H - 1), 2 * across_frac * S, across_frac * S / C);
+    }
+    case COLL_FUNC_BROADCAST:
+        return hier_across(m, H - 1, S, 0) + hier_chain_in(comm, &in, L, S, false);
+    case COLL_FUNC_REDUCE:
+        return hier_chain_in(comm, &in, L, S, true) + hier_across(m, H - 1, S, S);
+    case COLL_FUNC_ALLGATHER: { /* S per rank; the output is N S */
+        double ring_in = coll_model_cost(&in, L, &(struct coll_cost){
+            .rounds = L - 1, .msgs = (double)L * (L - 1), .busiest_msgs = 2.0 * (L - 1),
+            .rank_bytes = 2 * (L - 1) * S, .total_bytes = 2.0 * L * (L - 1) * S});
+        return ring_in + hier_across(m, H - 1, (double)(N - h->min_local) * S, 0) +
+               hier_chain_in(comm, &in, L, (double)(N - h->min_local) * S, false);
+    }
+    case COLL_FUNC_REDUCE_SCATTER: /* S per rank; the input is N S */
+        return hier_chain_in(comm, &in, L, (double)N * S, true) +
+               hier_across(m, H - 1, across_frac * N * S, across_frac * N * S) +
+               hier_chain_in(comm, &in, L, (double)L * S, false);
+    default:
+        return 1e300;
+    }
 }
 
 const struct coll_algo coll_algo_hier = {
     .name = "hier",
     .can_run = hier_can_run,
-    .run = {[COLL_FUNC_ALLREDUCE] = hier_allreduce},
+    .run = {[COLL_FUNC_ALLREDUCE] = hier_allreduce,
+            [COLL_FUNC_BROADCAST] = hier_broadcast,
+            [COLL_FUNC_REDUCE] = hier_reduce,
+            [COLL_FUNC_ALLGATHER] = hier_allgather,
+            [COLL_FUNC_REDUCE_SCATTER] = hier_reduce_scatter},
     .predict = hier_predict,
 };

@@ -5,9 +5,11 @@
 # ranks in different ones talk TCP.  For each shape (ranks per host, uneven ones
 # too) and numbering (block: host 0 takes ranks 0..L-1; rr: round-robin across
 # the hosts) every rank runs test_sweep:
-#   - allreduce with COLL_ALGO=allreduce:hier and --expect-algo hier: the
-#     hierarchical allreduce ran every time, and every result is exact and the
-#     same bytes on every rank (test_sweep's checks);
+#   - every collective with COLL_ALGO=hier and --expect-algo hier: the
+#     hierarchical allreduce, broadcast, reduce, allgather and reduce_scatter
+#     ran every time (gather and scatter have none: the planner's), and every
+#     result is exact and the allreduce's the same bytes on every rank
+#     (test_sweep's checks);
 #   - every collective with the planner's choices (the flat ring follows the
 #     hosts whatever the numbering).
 # Then a partition: 2 hosts of 2 ranks loop hierarchical allreduces of 1 MiB
@@ -90,15 +92,15 @@ fi
 for shape in "${shapes[@]}"; do
     for numbering in block rr; do
         name=$(echo "$shape" | tr ' ' x).$numbering
-        run "hier.$name" "$numbering" "$shape" COLL_ALGO=allreduce:hier -- \
-            --quick --coll allreduce --expect-algo hier
+        run "hier.$name" "$numbering" "$shape" COLL_ALGO=hier -- --quick --expect-algo hier
     done
 done
-# The 1M+3 counts too (every type with sum, every op with float32 and int32).
+# The 1M+3 counts too (every type with sum, every op with float32 and int32;
+# some element sizes for the copies).
 for shape in "2 2" "1 3 2"; do
     name=$(echo "$shape" | tr ' ' x).rr
-    run "hier-big.$name" rr "$shape" COLL_ALGO=allreduce:hier -- \
-        --coll allreduce --expect-algo hier
+    run "hier-big.$name" rr "$shape" COLL_ALGO=hier -- \
+        --coll allreduce,broadcast,reduce,allgather,reduce_scatter --expect-algo hier
 done
 # Every collective with the planner's choices, on two shapes.
 for shape in "2 2" "1 2 1"; do

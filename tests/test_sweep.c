@@ -505,7 +505,7 @@ struct gbuf {
 /* --mem: every buffer (with its guards) comes from collMemAlloc, so that allreduce
  * takes the direct path from COLL_SHM_DIRECT_BYTES up. */
 static bool use_mem_alloc;
-static const char *expect_algo; /* --expect-algo: what every allreduce must run */
+static const char *expect_algo; /* --expect-algo: what every call but gather, scatter runs */
 
 static unsigned char guard_byte(size_t i)
 {
@@ -754,7 +754,8 @@ static bool run_case(struct sweep_rank *sr, const struct sweep_case *c)
         }
     }
 
-    if (expect_algo != NULL && c->kind == K_ALLREDUCE && n > 1 && count > 0 &&
+    if (expect_algo != NULL && c->kind != K_GATHER && c->kind != K_SCATTER && n > 1 &&
+        count > 0 &&
         strcmp(coll_comm_last_algo(lr->comm), expect_algo) != 0) {
         char desc[160];
         describe_case(c, desc, sizeof(desc));
@@ -1057,7 +1058,7 @@ static void usage(const char *prog)
             "                allgather,reduce_scatter,gather,scatter\n"
             "  --mem         buffers from collMemAlloc (allreduce must then take the\n"
             "                direct path from COLL_SHM_DIRECT_BYTES up)\n"
-            "  --expect-algo NAME  every allreduce (count > 0) must have run NAME\n"
+            "  --expect-algo NAME  every call (count > 0) but gather and scatter must have run NAME\n"
             "  -v            one line per case on rank 0\n",
             prog);
     exit(2);
