@@ -14,18 +14,31 @@
  *   mlx5_0 on PCI 0000:00:01.0 (eth0's): port 1 ACTIVE Ethernet over eth0, port 2 DOWN
  *   an NVIDIA 3D controller 0000:3b:00.0 on node 1; an NVIDIA audio function and a
  *   Mellanox NIC, which are no GPUs
+ *
+ * Then, as root, the TCP interface a rank picks when several reach alike: in a
+ * network namespace of its own, veth interfaces named eth1 and then eth0 (so eth1
+ * comes first in the system's list) with addresses in one subnet; the fake tree
+ * puts eth0 on node 0, where this process's CPUs are: coll_socket_pick_addr must
+ * take eth0, with COLL_SOCKET_IFNAME unset and with "eth" (matching both).
  */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <ftw.h>
+#include <sched.h>
+#include <sys/wait.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
+#include "alloc.h"
 #include "config.h"
 #include "harness.h"
+#include "socket.h"
 #include "topo.h"
 
 static char root[256]; /* short, so that every path below fits */
@@ -259,6 +272,13 @@ static void test_fake(void)
     const char *const same[] = {"eth1", "eth1"};
     CHECK(coll_topo_nearest_netdev(t, same, 2) == 0); /* tie: the first */
     CHECK(coll_topo_nearest_netdev(t, both, 0) == -1);
+    /* The nearest RDMA device: mlx5_0 sits on node 0. */
+    CHECK(coll_topo_rdma_distance(t, "mlx5_0") == 2); /* bound to 3: node 1 */
+    CHECK(coll_topo_rdma_distance(t, "nosuch") == 2);
+    set_binding(t, "0");
+    CHECK(coll_topo_rdma_distance(t, "mlx5_0") == 0);
+    set_binding(t, "1-2");
+    CHECK(coll_topo_rdma_distance(t, "mlx5_0") == 1);
 
     /* The summary. */
     struct coll_topo_rank s;
@@ -413,8 +433,103 @@ static void test_real(void)
     coll_topo_free(s);
 }
 
-int main(void)
+/* In the re-executed child (COLL_TOPO_SYSFS_ROOT: the fake tree): which
+ * interface the pick takes, toward nothing and toward an address of the subnet. */
+static int pick_child(void)
 {
+    char name[64] = "";
+    union coll_sockaddr ss;
+    socklen_t len;
+    REQUIRE(coll_socket_pick_addr(NULL, &ss, &len, name, sizeof(name)) == collSuccess);
+    CHECK_MSG(strcmp(name, "eth0") == 0, "picked %s, want eth0 (node 0, this process's)", name);
+    struct sockaddr_in to = {.sin_family = AF_INET, .sin_port = htons(1)};
+    inet_pton(AF_INET, "10.250.0.9", &to.sin_addr);
+    REQUIRE(coll_socket_pick_addr((const struct sockaddr *)&to, &ss, &len, name, sizeof(name)) ==
+            collSuccess);
+    CHECK_MSG(strcmp(name, "eth0") == 0, "toward the subnet: picked %s, want eth0", name);
+    /* This process's CPUs (0-1, or part) are all on the fake node 0. */
+    CHECK(coll_topo_bound_numa() == 0);
+    return test_result();
+}
+
+static void test_pick_nearest(const char *self)
+{
+    if (geteuid() != 0) {
+        printf("pick: skipped (needs root for a network namespace)\n");
+        return;
+    }
+    for (int k = 0; k < 2; k++) {
+        pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            if (unshare(CLONE_NEWNET) != 0)
+                _exit(77);
+            const char *cmd =
+                "ip link add eth1 type veth peer name p1 && ip link add eth0 type veth peer "
+                "name p0 && ip addr add 10.250.0.2/24 dev eth1 && ip addr add 10.250.0.1/24 "
+                "dev eth0 && for d in eth1 p1 eth0 p0; do ip link set $d up || exit 1; done";
+            if (system(cmd) != 0)
+                _exit(77);
+            setenv("COLL_TOPO_SYSFS_ROOT", root, 1);
+            setenv("COLL_TOPO_HWLOC", "0", 1);
+            if (k == 1)
+                setenv("COLL_SOCKET_IFNAME", "eth", 1);
+            else
+                unsetenv("COLL_SOCKET_IFNAME");
+            execl(self, self, "--pick-child", (char *)NULL);
+            _exit(127);
+        }
+        int st = 0;
+        REQUIRE(waitpid(pid, &st, 0) == pid);
+        if (WIFEXITED(st) && WEXITSTATUS(st) == 77) {
+            printf("pick: skipped (no network namespace or veth here)\n");
+            return;
+        }
+        CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "pick child %d: status 0x%x", k, st);
+    }
+}
+
+/* A shared-memory segment placed on a node carries that node as the file's
+ * preferred policy; unplaced, none. */
+static void test_memfd_numa(void)
+{
+    int fd;
+    void *base;
+    const char *step;
+    size_t bytes = 1 << 20;
+    REQUIRE(coll_memfd_map("test-topo", bytes, 0, &fd, &base, &step) == 0);
+    int mode = -1;
+    unsigned long mask = 0;
+    long rc = syscall(SYS_get_mempolicy, &mode, &mask, 64UL, base, 2UL /* MPOL_F_ADDR */);
+    if (rc != 0 && errno == ENOSYS) {
+        printf("memfd numa: skipped (no NUMA in this kernel)\n");
+    } else {
+        CHECK_MSG(rc == 0 && mode == 1 /* MPOL_PREFERRED */ && mask == 1,
+                  "placed on node 0: get_mempolicy %ld, mode %d, mask %#lx", rc, mode, mask);
+    }
+    munmap(base, bytes);
+    close(fd);
+    REQUIRE(coll_memfd_map("test-topo", bytes, -1, &fd, &base, &step) == 0);
+    mode = -1;
+    if (syscall(SYS_get_mempolicy, &mode, &mask, 64UL, base, 2UL) == 0)
+        CHECK_MSG(mode == 0 /* MPOL_DEFAULT */, "unplaced: mode %d", mode);
+    munmap(base, bytes);
+    close(fd);
+    /* The real machine: a single node holds every CPU there is. */
+    int nodes = 0;
+    char path[128];
+    for (int k = 0; k < 64; k++) {
+        snprintf(path, sizeof(path), "/sys/devices/system/node/node%d", k);
+        nodes += access(path, F_OK) == 0;
+    }
+    if (nodes == 1)
+        CHECK(coll_topo_bound_numa() == 0);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc > 1 && strcmp(argv[1], "--pick-child") == 0)
+        return pick_child();
     const char *tmp = getenv("TMPDIR");
     snprintf(root, sizeof(root), "%s/test_topo.XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     REQUIRE(mkdtemp(root) != NULL);
@@ -423,6 +538,8 @@ int main(void)
     test_fake();
     test_broken();
     test_real();
+    test_pick_nearest("/proc/self/exe");
+    test_memfd_numa();
     nftw(root, rm_one, 16, FTW_DEPTH | FTW_PHYS);
     return test_result();
 }

@@ -58,6 +58,7 @@ struct coll_rank_info {
     int32_t pid;
     uint64_t host_hash;         /* hash of host name, boot id and network namespace */
     int32_t cores;              /* online cores of its host */
+    int32_t numa;               /* the NUMA node its CPUs are on; -1: several or unknown */
     char host[64];              /* host name, for messages */
     union coll_sockaddr boot_addr; /* this rank's bootstrap listener */
     uint32_t boot_addrlen;

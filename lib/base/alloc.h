@@ -22,11 +22,12 @@ static inline collResult_t coll_calloc_at(void **ptr_p, size_t n, size_t size, c
     return collSuccess;
 }
 
-/* Shared memory (lib/base/memfd.c): a memfd called name of `bytes`, its pages reserved
- * now (a full tmpfs is an error here, not a SIGBUS later) and mapped shared,
- * read-write.  Returns 0, or the errno of the step that failed, named in *step_p:
- * "memfd_create", "reserve" or "mmap". */
-int coll_memfd_map(const char *name, size_t bytes, int *fd_p, void **base_p,
+/* Shared memory (lib/base/memfd.c): a memfd called name of `bytes`, mapped shared,
+ * read-write, its pages reserved now (a full tmpfs is an error here, not a SIGBUS
+ * later), on NUMA node `numa` where it has room (-1: wherever the kernel puts
+ * them).  Returns 0, or the errno of the step that failed, named in *step_p:
+ * "memfd_create", "reserve" (sizing the file, then its pages) or "mmap". */
+int coll_memfd_map(const char *name, size_t bytes, int numa, int *fd_p, void **base_p,
                    const char **step_p);
 
 #endif

@@ -21,6 +21,7 @@
 #include "alloc.h"
 #include "check.h"
 #include "param.h"
+#include "topo.h"
 #include "wire_check.h"
 
 void coll_socket_set_nodelay(int fd)
@@ -148,6 +149,61 @@ static bool sock_same_subnet(const struct sockaddr *a, const struct sockaddr *b,
     return true;
 }
 
+/* How well interface address i suits (higher is better), -1: not usable. */
+static int sock_if_score(const struct ifaddrs *i, const char *spec, int want_family,
+                         const struct sockaddr *toward)
+{
+    if (i->ifa_addr == NULL || !(i->ifa_flags & IFF_UP))
+        return -1;
+    int f = i->ifa_addr->sa_family;
+    if (f != AF_INET && f != AF_INET6)
+        return -1;
+    if (want_family && f != want_family)
+        return -1;
+    if (f == AF_INET6) {
+        const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)i->ifa_addr;
+        if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr))
+            return -1; /* would need a scope id on every peer */
+    }
+    bool lo = (i->ifa_flags & IFF_LOOPBACK) != 0;
+    int score;
+    if (spec != NULL) {
+        if (!coll_socket_ifname_match(spec, i->ifa_name))
+            return -1;
+        score = 10;
+    } else if (toward != NULL && (sock_same_subnet(i->ifa_addr, toward, i->ifa_netmask) ||
+                                  (lo && coll_socket_is_loopback(toward)))) {
+        score = 30; /* the interface that reaches the root */
+    } else if (lo || strncmp(i->ifa_name, "docker", 6) == 0) {
+        score = 1;
+    } else {
+        score = 20;
+    }
+    if (f == AF_INET)
+        score += 1; /* prefer IPv4 on the same interface */
+    return score;
+}
+
+#define SOCK_MAX_TIES 16
+
+/* Among the interfaces that tie for the best score (several NICs that all reach
+ * the root, or all that COLL_SOCKET_IFNAME names), the one nearest this thread's
+ * cores (its NUMA node), from the topology; the first when it cannot tell. */
+static const char *sock_nearest(const char *const *names, int n)
+{
+    if (n < 2)
+        return names[0];
+    struct coll_topo *t = NULL;
+    if (coll_topo_load(NULL, &t) != collSuccess)
+        return names[0];
+    int k = coll_topo_nearest_netdev(t, names, n);
+    if (k > 0)
+        COLL_INFO(COLL_SUBSYS_BOOT, "interface %s: the nearest to this rank's cores (NUMA node "
+                  "%d) of %d that reach alike", names[k], t->bind_numa, n);
+    coll_topo_free(t);
+    return names[k >= 0 ? k : 0];
+}
+
 collResult_t coll_socket_pick_addr(const struct sockaddr *toward, union coll_sockaddr *ss,
                                    socklen_t *len_p, char *ifname, size_t ifnamelen)
 {
@@ -159,41 +215,30 @@ collResult_t coll_socket_pick_addr(const struct sockaddr *toward, union coll_soc
     const char *spec = coll_param_str(COLL_PARAM_SOCKET_IFNAME);
     const char *fam = coll_param_str(COLL_PARAM_SOCKET_FAMILY);
     int want_family = fam == NULL ? 0 : strcmp(fam, "AF_INET6") == 0 ? AF_INET6 : AF_INET;
-    const struct ifaddrs *best = NULL;
     int best_score = -1;
     for (const struct ifaddrs *i = ifs; i != NULL; i = i->ifa_next) {
-        if (i->ifa_addr == NULL || !(i->ifa_flags & IFF_UP))
+        int score = sock_if_score(i, spec, want_family, toward);
+        best_score = score > best_score ? score : best_score;
+    }
+    /* The interfaces that tie, each once, in the system's order. */
+    const char *ties[SOCK_MAX_TIES];
+    int nties = 0;
+    for (const struct ifaddrs *i = ifs; i != NULL && best_score >= 0; i = i->ifa_next) {
+        if (sock_if_score(i, spec, want_family, toward) != best_score)
             continue;
-        int f = i->ifa_addr->sa_family;
-        if (f != AF_INET && f != AF_INET6)
-            continue;
-        if (want_family && f != want_family)
-            continue;
-        if (f == AF_INET6) {
-            const struct sockaddr_in6 *in6 = (const struct sockaddr_in6 *)(const void *)i->ifa_addr;
-            if (IN6_IS_ADDR_LINKLOCAL(&in6->sin6_addr))
-                continue; /* would need a scope id on every peer */
-        }
-        bool lo = (i->ifa_flags & IFF_LOOPBACK) != 0;
-        int score;
-        if (spec != NULL) {
-            if (!coll_socket_ifname_match(spec, i->ifa_name))
-                continue;
-            score = 10;
-        } else if (toward != NULL && (sock_same_subnet(i->ifa_addr, toward, i->ifa_netmask) ||
-                                      (lo && coll_socket_is_loopback(toward)))) {
-            score = 30; /* the interface that reaches the root */
-        } else if (lo || strncmp(i->ifa_name, "docker", 6) == 0) {
-            score = 1;
-        } else {
-            score = 20;
-        }
-        if (f == AF_INET)
-            score += 1; /* prefer IPv4 on the same interface */
-        if (score > best_score) {
-            best = i;
-            best_score = score;
-        }
+        int k = 0;
+        while (k < nties && strcmp(ties[k], i->ifa_name) != 0)
+            k++;
+        if (k == nties && nties < SOCK_MAX_TIES)
+            ties[nties++] = i->ifa_name;
+    }
+    const struct ifaddrs *best = NULL;
+    if (nties > 0) {
+        const char *name = sock_nearest(ties, nties);
+        for (const struct ifaddrs *i = ifs; i != NULL && best == NULL; i = i->ifa_next)
+            if (strcmp(i->ifa_name, name) == 0 &&
+                sock_if_score(i, spec, want_family, toward) == best_score)
+                best = i;
     }
     if (best == NULL) {
         freeifaddrs(ifs);

@@ -1073,3 +1073,57 @@ int coll_topo_nearest_netdev(const struct coll_topo *t, const char *const *candi
     }
     return part >= 0 ? part : 0;
 }
+
+int coll_topo_rdma_distance(const struct coll_topo *t, const char *name)
+{
+    for (int i = 0; name != NULL && i < t->nrdma; i++) {
+        if (strcmp(t->rdma[i].name, name) != 0)
+            continue;
+        int numa = t->rdma[i].numa;
+        if (numa < 0)
+            return 2;
+        if (t->bind_numa >= 0 && numa == t->bind_numa)
+            return 0;
+        return coll_topo_binding_covers(t, numa) ? 1 : 2;
+    }
+    return 2;
+}
+
+int coll_topo_bound_numa(void)
+{
+    size_t size = CPU_ALLOC_SIZE(COLL_TOPO_MAX_CPUS);
+    cpu_set_t *set = CPU_ALLOC(COLL_TOPO_MAX_CPUS);
+    if (set == NULL)
+        return -1;
+    struct coll_cpuset bound;
+    coll_cpuset_zero(&bound);
+    if (sched_getaffinity(0, size, set) == 0)
+        for (int c = 0; c < COLL_TOPO_MAX_CPUS; c++)
+            if (CPU_ISSET_S((size_t)c, size, set))
+                coll_cpuset_set(&bound, c);
+    CPU_FREE(set);
+    const char *R = coll_param_str(COLL_PARAM_TOPO_SYSFS_ROOT);
+    char path[512], buf[4096];
+    if (R == NULL || R[0] == '\0')
+        R = "/sys";
+    if (!mkpath(path, sizeof(path), "%s/devices/system/node", R))
+        return -1;
+    char **names;
+    int n = list_dir(path, &names), node = -1, hits = 0;
+    if (n < 0)
+        return -1;
+    for (int i = 0; i < n; i++) {
+        int id = numbered(names[i], "node");
+        struct coll_cpuset cpus;
+        if (id < 0 ||
+            !mkpath(path, sizeof(path), "%s/devices/system/node/%s/cpulist", R, names[i]) ||
+            read_line(path, buf, sizeof(buf)) != 0 || coll_cpuset_parse(buf, &cpus) != 0 ||
+            !coll_cpuset_intersects(&cpus, &bound))
+            continue;
+        hits++;
+        node = id;
+    }
+    free_names(names, n);
+    return hits == 1 ? node : -1;
+}
+

@@ -170,9 +170,18 @@ bool coll_topo_binding_covers(const struct coll_topo *t, int numa);
 /* Among the interface names candidates[0..n), the index of the first whose
  * device's NUMA node holds the whole binding (t->bind_numa), else of the first
  * whose node holds part of it, else 0; -1 when n < 1.  A name t does not know
- * counts as a virtual device.  For the TCP and verbs transports to pick the device
- * nearest the rank (not wired yet: docs/topology.md). */
+ * counts as a virtual device.  coll_socket_pick_addr breaks ties between
+ * interfaces with it. */
 int coll_topo_nearest_netdev(const struct coll_topo *t, const char *const *candidates, int n);
+/* How far the RDMA device called name is from the binding: 0 on the NUMA node
+ * that holds the whole binding, 1 on a node that holds part of it, 2 elsewhere
+ * or unknown (the verbs transport tries devices nearest first). */
+int coll_topo_rdma_distance(const struct coll_topo *t, const char *name);
+/* The NUMA node that holds every CPU the calling thread may run on, or -1 (none
+ * alone, or unknown), from sysfs alone (COLL_TOPO_SYSFS_ROOT): cheap enough for
+ * every communicator's init, where it goes in the rank's record so that a
+ * shared-memory segment can be placed on its receiver's node. */
+int coll_topo_bound_numa(void);
 
 /* Writes the topology as one JSON object (no trailing newline). */
 void coll_topo_write_json(const struct coll_topo *t, FILE *f);

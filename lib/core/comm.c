@@ -300,6 +300,7 @@ static collResult_t comm_setup(struct coll_comm *comm, const struct coll_id *id)
     struct coll_rank_info mine = {.rank = rank, .pid = (int32_t)getpid()};
     mine.host_hash = host_hash(mine.host, sizeof(mine.host));
     mine.cores = get_nprocs();
+    mine.numa = coll_topo_bound_numa();
     COLL_CHECK_GOTO(coll_bootstrap_prepare(comm, id, &mine), res, out);
     comm->peers[rank].info = mine;
     COLL_CHECK_GOTO(coll_transport_init(comm), res, out);

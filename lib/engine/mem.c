@@ -66,7 +66,7 @@ COLL_API collResult_t collMemAlloc(void **ptr, size_t size)
     snprintf(name, sizeof(name), COLL_MEM_NAME "%llu", (unsigned long long)m->id);
     const char *step;
     void *base;
-    int err = coll_memfd_map(name, bytes, &m->fd, &base, &step);
+    int err = coll_memfd_map(name, bytes, -1, &m->fd, &base, &step);
     if (err != 0) {
         coll_set_error(NULL, "collMemAlloc: cannot reserve %zu bytes of shared memory (memfd, "
                        "the same memory as /dev/shm): %s: %s", bytes, step, strerror(err));

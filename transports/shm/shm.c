@@ -672,7 +672,10 @@ static collResult_t shm_connect(void *vctx, const void *handle, int peer,
     int mfd;
     void *seg;
     const char *step;
-    int err = coll_memfd_map("libcollective-shm", seg_bytes, &mfd, &seg, &step);
+    /* The segment carries this rank's sends: its pages go on the receiver's
+     * NUMA node, where they are read (and, lent in place, reduced from). */
+    int err = coll_memfd_map("libcollective-shm", seg_bytes, coll_tp_peer(env, peer)->numa,
+                             &mfd, &seg, &step);
     char hint[256];
     if (err != 0) {
         if (strcmp(step, "reserve") == 0)

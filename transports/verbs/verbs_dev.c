@@ -16,6 +16,7 @@
 #include "check.h"
 #include "log.h"
 #include "param.h"
+#include "topo.h"
 #include "transport.h"
 #include "verbs.h"
 
@@ -148,6 +149,8 @@ static collResult_t verbs_try_device(struct verbs_dev *d, struct ibv_device *dev
     return collSuccess;
 }
 
+#define VERBS_MAX_DEVS 64
+
 collResult_t verbs_dev_open(struct verbs_dev *d, bool *found_p, const char **why_p)
 {
     memset(d, 0, sizeof(*d));
@@ -161,10 +164,21 @@ collResult_t verbs_dev_open(struct verbs_dev *d, bool *found_p, const char **why
         *why_p = "no RDMA device";
         return collSuccess;
     }
+    /* Devices nearest this rank's cores first (its NUMA node, then one it
+     * partly covers), each group in the system's order. */
+    int dist[VERBS_MAX_DEVS];
+    int nd = ndev < VERBS_MAX_DEVS ? ndev : VERBS_MAX_DEVS;
+    struct coll_topo *t = NULL;
+    if (nd > 1 && coll_topo_load(NULL, &t) != collSuccess)
+        t = NULL;
+    for (int i = 0; i < nd; i++)
+        dist[i] = t ? coll_topo_rdma_distance(t, ibv_get_device_name(list[i])) : 0;
+    coll_topo_free(t);
     bool any_named = false;
     collResult_t res = collSuccess;
-    for (int i = 0; i < ndev && !*found_p && res == collSuccess; i++) {
-        if (!verbs_hca_match(spec, ibv_get_device_name(list[i]), 0))
+    for (int k = 0; k < 3 * nd && !*found_p && res == collSuccess; k++) {
+        int i = k % nd;
+        if (dist[i] != k / nd || !verbs_hca_match(spec, ibv_get_device_name(list[i]), 0))
             continue;
         any_named = true;
         res = verbs_try_device(d, list[i], spec, found_p);
