@@ -47,7 +47,11 @@ static collResult_t hier_allreduce(struct coll_comm *comm, const struct coll_arg
     if (h->n == 1)
         return coll_ring_allreduce_group(comm, a, &local, comm->nranks, true);
 
-    COLL_CHECK(coll_ring_allreduce_rs(comm, a, &local, C, false));
+    /* A host of one rank has no step within: it takes part in the one ring
+     * across straight from its input (as the flat ring does), not from a copy
+     * reduced in place. */
+    if (L > 1)
+        COLL_CHECK(coll_ring_allreduce_rs(comm, a, &local, C, false));
     int seg = (local.pos + 1) % L; /* what step 1 left here */
     if (seg < C) {
         size_t off, len;
@@ -60,12 +64,15 @@ static collResult_t hier_allreduce(struct coll_comm *comm, const struct coll_arg
         }
         struct coll_ring_group across = {.n = h->n, .pos = host, .members = members};
         char *p = (char *)a->recvbuf + off * esize;
-        struct coll_args s = {.sendbuf = p, .recvbuf = p, .count = len, .dtype = a->dtype,
+        const char *in = L > 1 ? p : (const char *)a->sendbuf + off * esize;
+        struct coll_args s = {.sendbuf = in, .recvbuf = p, .count = len, .dtype = a->dtype,
                               .op = a->op, .root = 0};
-        collResult_t res = coll_ring_allreduce_group(comm, &s, &across, comm->nranks, false);
+        collResult_t res = coll_ring_allreduce_group(comm, &s, &across, comm->nranks, L == 1);
         free(members);
         COLL_CHECK(res);
     }
+    if (L == 1)
+        return collSuccess;
     struct coll_args g = *a;
     g.sendbuf = a->recvbuf;
     return coll_ring_allreduce_ag(comm, &g, &local, C, true);
@@ -328,15 +335,16 @@ static double hier_chain_in(const struct coll_comm *comm, const struct coll_mode
 static double hier_across(const struct coll_model *m, int rounds, double link_bytes,
                           double reduce_bytes)
 {
-    return rounds * m->lat_us + 2.0 * rounds * m->msg_us + link_bytes / (m->net_gbs * 1e3) +
+    double round_us = m->net_alpha_us > 0 ? m->net_alpha_us : m->lat_us + 2.0 * m->msg_us;
+    return rounds * round_us + link_bytes / (m->net_gbs * 1e3) +
            reduce_bytes / (m->reduce_gbs * 1e3);
 }
 
 /* With one host, or one rank per host, this is the flat ring (or chain) with
  * more steps: never predicted to win.  Otherwise the steps within the hosts at
- * the speed the model measured there, those across at the link's (net_gbs: the
- * bytes one way through a host's link, which the C rings of a host share), one
- * after the other. */
+ * the speed and round time the model measured there (local_*), those across at
+ * the link's (net_gbs: the bytes one way through a host's link, which the C
+ * rings of a host share; net_alpha_us a round), one after the other. */
 static double hier_predict(const struct coll_comm *comm, enum coll_func f,
                            const struct coll_args *a, const struct coll_model *m)
 {
@@ -351,6 +359,12 @@ static double hier_predict(const struct coll_comm *comm, enum coll_func f,
     in.core_gbs = m->local_core_gbs;
     in.host_gbs = m->local_host_gbs;
     in.local_ranks = L;
+    if (m->local_alpha_us > 0 && m->alpha_us > 0) { /* a round within a host */
+        double k = m->local_alpha_us / m->alpha_us;
+        in.lat_us *= k;
+        in.msg_us *= k;
+        in.wake_us *= k;
+    }
     switch (f) {
     case COLL_FUNC_ALLREDUCE: {
         double in_host = coll_model_cost(&in, L, &(struct coll_cost){

@@ -98,6 +98,49 @@ static collResult_t plan_local_probe(struct coll_comm *comm, char *buf, size_t b
     return collSuccess;
 }
 
+/* The median round of PLAN_PROBES 1-element ring allreduces over g (2 (n - 1)
+ * rounds each); 0 when this rank is not in it (g->n == 0) or alone. */
+static collResult_t plan_group_alpha(struct coll_comm *comm, const struct coll_ring_group *g,
+                                     double *alpha_p)
+{
+    *alpha_p = 0;
+    if (g->n < 2)
+        return collSuccess;
+    double us[PLAN_PROBES];
+    float one = 1.0f, out;
+    struct coll_args a = {&one, &out, 1, collFloat, collSum, 0};
+    for (int rep = 0; rep < PLAN_PROBES; rep++) {
+        coll_exec_begin(comm, "plan probe");
+        int64_t t0 = coll_now_ns();
+        COLL_CHECK(coll_ring_allreduce_group(comm, &a, g, g->n, true));
+        us[rep] = (double)(coll_now_ns() - t0) / 1e3 / (2.0 * (g->n - 1));
+    }
+    qsort(us, PLAN_PROBES, sizeof(us[0]), plan_cmp_double);
+    *alpha_p = us[PLAN_PROBES / 2];
+    return collSuccess;
+}
+
+/* Several hosts: alpha within a host (every host's ranks at once) and across
+ * (the first rank of each host; the others wait in the agreement). */
+static collResult_t plan_class_alphas(struct coll_comm *comm, double *local_p, double *net_p)
+{
+    const struct coll_hosts *h = &comm->hosts;
+    int host = h->host[comm->rank];
+    struct coll_ring_group local = {.n = h->start[host + 1] - h->start[host],
+                                    .pos = h->index[comm->rank],
+                                    .members = &h->order[h->start[host]]};
+    COLL_CHECK(plan_group_alpha(comm, &local, local_p));
+    int *leaders;
+    COLL_CHECK(coll_calloc(&leaders, (size_t)h->n));
+    for (int j = 0; j < h->n; j++)
+        leaders[j] = h->order[h->start[j]];
+    struct coll_ring_group across = {.n = local.pos == 0 ? h->n : 0, .pos = host,
+                                     .members = leaders};
+    collResult_t res = plan_group_alpha(comm, &across, net_p);
+    free(leaders);
+    return res;
+}
+
 collResult_t coll_plan_init(struct coll_comm *comm)
 {
     struct coll_model *m = &comm->model;
@@ -165,17 +208,20 @@ collResult_t coll_plan_init(struct coll_comm *comm)
     double net_gbs = (double)(n - 1) * (double)per / (us * 1e3);
     /* Several hosts: the copy speeds within one, from the allgather half of a
      * ring allreduce over each host's ranks (all hosts at once). */
-    double local_core_gbs = 1e30, local_host_gbs = 1e30;
+    double local_core_gbs = 1e30, local_host_gbs = 1e30, local_alpha = 0, net_alpha = 0;
     if (comm->hosts.n > 1 && local > 1)
         COLL_CHECK(plan_local_probe(comm, buf, (size_t)n * per, alpha, &local_core_gbs,
                                     &local_host_gbs));
+    if (comm->hosts.n > 1)
+        COLL_CHECK(plan_class_alphas(comm, &local_alpha, &net_alpha));
     /* Agree: the largest alpha and the smallest bandwidths of all ranks.  A rank
      * that entered a probe late times only its tail, so the slowest rank's figure
      * is the collective's.  The allreduce gives every rank the same bytes, so
      * every rank computes the same model and later makes the same choices. */
-    double agree[9] = {alpha, -core_gbs, -host_gbs, r_msg, r_wake, no_lend,
-                       -net_gbs, -local_core_gbs, -local_host_gbs}, res[9];
-    struct coll_args a = {agree, res, 9, collDouble, collMax, 0};
+    double agree[11] = {alpha, -core_gbs, -host_gbs, r_msg, r_wake, no_lend,
+                        -net_gbs, -local_core_gbs, -local_host_gbs, local_alpha, net_alpha},
+           res[11];
+    struct coll_args a = {agree, res, 11, collDouble, collMax, 0};
     coll_exec_begin(comm, "plan probe");
     COLL_CHECK(rd->run[COLL_FUNC_ALLREDUCE](comm, &a));
     if (lat <= 0)
@@ -194,13 +240,21 @@ collResult_t coll_plan_init(struct coll_comm *comm)
     }
     coll_model_split_alpha(m, res[3], res[4]);
     m->lend = res[5] == 0;
+    if (comm->hosts.n > 1 && lat <= 0) {
+        /* A host of one rank has no ring within: the flat figure stands in. */
+        m->local_alpha_us = res[9] > 0 ? res[9] : m->alpha_us;
+        m->net_alpha_us = res[10] > 0 ? res[10] : m->alpha_us;
+    } else if (comm->hosts.n > 1) {
+        m->local_alpha_us = m->net_alpha_us = m->alpha_us;
+    }
     COLL_INFO(COLL_SUBSYS_ALGO, "machine model: alpha %.1f us (round %.1f, message %.1f, "
               "wake-up %.1f), core %.2f GB/s, host %.2f GB/s "
               "(%d local ranks, %d cores), reduce %.1f GB/s; %d hosts, link %.3f GB/s, "
-              "within a host core %.2f, host %.2f GB/s%s", m->alpha_us, m->lat_us,
+              "within a host core %.2f, host %.2f GB/s; alpha within a host %.1f us, across "
+              "%.1f us%s", m->alpha_us, m->lat_us,
               m->msg_us, m->wake_us, m->core_gbs,
               m->host_gbs, local, cores, m->reduce_gbs, comm->hosts.n, m->net_gbs,
-              m->local_core_gbs, m->local_host_gbs,
+              m->local_core_gbs, m->local_host_gbs, m->local_alpha_us, m->net_alpha_us,
               lat > 0 || bw > 0 ? " (partly from COLL_LINK_*)" : " (measured)");
     return collSuccess;
 }

@@ -54,6 +54,11 @@ struct coll_model {
      * flat ring gets, the network included.  0 with one host. */
     double net_gbs;
     double local_core_gbs, local_host_gbs;
+    /* With several hosts, one round's time (alpha) per link class, measured
+     * apart: a ring over each host's ranks (shared memory), and one over a rank
+     * of each host (the network).  alpha_us above is the flat mix of both.  0
+     * with one host. */
+    double local_alpha_us, net_alpha_us;
 };
 
 struct coll_tp_state {
