@@ -27,6 +27,7 @@
 #include "algo.h"
 #include "group.h"
 #include "internal.h"
+#include "pattern.h"
 #include "reduce.h"
 #include "ring.h"
 
@@ -34,6 +35,83 @@
 static int hier_rank(const struct coll_hosts *h, int host, int place)
 {
     return h->order[h->start[host] + place];
+}
+
+/* Blocks of the pipelined form: at least this many bytes each, at most
+ * HIER_BLOCKS_MAX of them. */
+#define HIER_BLOCK_MIN (256u << 10)
+#define HIER_BLOCKS_MAX 8
+
+/* The across group of segment seg (the rank holding it on each host). */
+static void hier_across_members(const struct coll_hosts *h, int seg, int *members)
+{
+    for (int j = 0; j < h->n; j++) {
+        int Lj = h->start[j + 1] - h->start[j];
+        members[j] = hier_rank(h, j, (seg - 1 + Lj) % Lj);
+    }
+}
+
+/* The three steps, pipelined over P blocks of the buffer: in phase t the host's
+ * ring runs the allgather of block t - 2 and then the reduce-scatter of block t
+ * on its connections, while the ring across carries block t - 1 on its own, so
+ * the network and the shared memory work at once (P + 2 phases; each block's
+ * steps as in hier_allreduce below). */
+static collResult_t hier_allreduce_blocks(struct coll_comm *comm, const struct coll_args *a,
+                                          int P)
+{
+    const struct coll_hosts *h = &comm->hosts;
+    int me = comm->rank, host = h->host[me];
+    int L = h->start[host + 1] - h->start[host], C = h->min_local, N = comm->nranks;
+    size_t esize = coll_dtype_size(a->dtype);
+    struct coll_ring_group local = {.n = L, .pos = h->index[me],
+                                    .members = &h->order[h->start[host]]};
+    int seg = (local.pos + 1) % L;
+    int *members;
+    COLL_CHECK(coll_calloc(&members, (size_t)h->n));
+    hier_across_members(h, seg, members);
+    struct coll_ring_group across = {.n = h->n, .pos = host, .members = members};
+    collResult_t res = collSuccess;
+    for (int t = 0; t < P + 2 && res == collSuccess; t++) {
+        struct coll_ring_line lines[2] = {{.nsets = 0}, {.nsets = 0}};
+        for (int b = t - 2; b <= t; b += 2) { /* the host's line: ag of t - 2, rs of t */
+            if (b < 0 || b >= P)
+                continue;
+            size_t boff, blen;
+            coll_ring_chunk(a->count, P, b, &boff, &blen);
+            struct coll_ring_steps *st = &lines[0].set[lines[0].nsets++];
+            *st = (struct coll_ring_steps){
+                .a = {.sendbuf = b == t ? (const char *)a->sendbuf + boff * esize
+                                        : (const char *)a->recvbuf + boff * esize,
+                      .recvbuf = (char *)a->recvbuf + boff * esize, .count = blen,
+                      .dtype = a->dtype, .op = a->op},
+                .g = local, .nsegs = C, .step0 = b == t ? 0 : L - 1, .nsteps = L - 1};
+        }
+        int b = t - 1;
+        if (b >= 0 && b < P && seg < C) { /* across: this rank's segment of block t - 1 */
+            size_t boff, blen, off, len;
+            coll_ring_chunk(a->count, P, b, &boff, &blen);
+            coll_ring_segment(blen, C, seg, &off, &len);
+            char *q = (char *)a->recvbuf + (boff + off) * esize;
+            /* A host of one rank has no step within: straight from its input. */
+            const char *in = L > 1 ? q : (const char *)a->sendbuf + (boff + off) * esize;
+            lines[1].set[0] = (struct coll_ring_steps){
+                .a = {.sendbuf = in, .recvbuf = q, .count = len, .dtype = a->dtype,
+                      .op = a->op},
+                .g = across, .nsegs = h->n, .avg_div = N, .step0 = 0,
+                .nsteps = 2 * (h->n - 1)};
+            lines[1].nsets = 1;
+        }
+        /* Each phase's slots (the scratch of the last phase, grown if need be:
+         * blocks of one element fewer may cut bigger slices). */
+        void *slots;
+        size_t bytes = coll_ring_lines_slots(comm, lines, 2);
+        res = coll_comm_scratch(comm, bytes ? bytes : 1, &slots);
+        if (res != collSuccess)
+            break;
+        res = coll_ring_run_lines(comm, lines, 2, slots, t == P + 1);
+    }
+    free(members);
+    return res;
 }
 
 static collResult_t hier_allreduce(struct coll_comm *comm, const struct coll_args *a)
@@ -47,6 +125,12 @@ static collResult_t hier_allreduce(struct coll_comm *comm, const struct coll_arg
     if (h->n == 1)
         return coll_ring_allreduce_group(comm, a, &local, comm->nranks, true);
 
+    size_t bytes = a->count * esize;
+    /* The same choice on every rank, hosts of one rank included. */
+    if (h->max_local > 1 && bytes >= 2 * (size_t)HIER_BLOCK_MIN) {
+        size_t P = bytes / HIER_BLOCK_MIN;
+        return hier_allreduce_blocks(comm, a, P > HIER_BLOCKS_MAX ? HIER_BLOCKS_MAX : (int)P);
+    }
     /* A host of one rank has no step within: it takes part in the one ring
      * across straight from its input (as the flat ring does), not from a copy
      * reduced in place. */
@@ -58,10 +142,7 @@ static collResult_t hier_allreduce(struct coll_comm *comm, const struct coll_arg
         coll_ring_segment(a->count, C, seg, &off, &len);
         int *members;
         COLL_CHECK(coll_calloc(&members, (size_t)h->n));
-        for (int j = 0; j < h->n; j++) {
-            int Lj = h->start[j + 1] - h->start[j];
-            members[j] = hier_rank(h, j, (seg - 1 + Lj) % Lj);
-        }
+        hier_across_members(h, seg, members);
         struct coll_ring_group across = {.n = h->n, .pos = host, .members = members};
         char *p = (char *)a->recvbuf + off * esize;
         const char *in = L > 1 ? p : (const char *)a->sendbuf + off * esize;
@@ -367,12 +448,20 @@ static double hier_predict(const struct coll_comm *comm, enum coll_func f,
     }
     switch (f) {
     case COLL_FUNC_ALLREDUCE: {
+        /* From 2 blocks on (hier_allreduce_blocks): P phases as long as the
+         * slower of a block's steps within the host and across, and the first
+         * reduce-scatter and last allgather, which nothing overlaps. */
+        int P = 1;
+        if (S >= 2.0 * HIER_BLOCK_MIN)
+            P = S / HIER_BLOCK_MIN > HIER_BLOCKS_MAX ? HIER_BLOCKS_MAX : (int)(S / HIER_BLOCK_MIN);
+        double B = S / P;
         double in_host = coll_model_cost(&in, L, &(struct coll_cost){
             .rounds = 2 * (L - 1), .msgs = 2.0 * L * (L - 1), .busiest_msgs = 4.0 * (L - 1),
-            .rank_bytes = (2 + 2 * rs) * local_frac * S,
-            .total_bytes = (2 + 2 * rs) * (L - 1) * S, .reduce_bytes = local_frac * S});
+            .rank_bytes = (2 + 2 * rs) * local_frac * B,
+            .total_bytes = (2 + 2 * rs) * (L - 1) * B, .reduce_bytes = local_frac * B});
         /* one way, all C rings of a host */
-        return in_host + hier_across(m, 2 * (H - 1), 2 * across_frac * S, across_frac * S / C);
+        double across = hier_across(m, 2 * (H - 1), 2 * across_frac * B, across_frac * B / C);
+        return P == 1 ? in_host + across : P * fmax(in_host, across) + in_host;
     }
     case COLL_FUNC_BROADCAST:
         return hier_across(m, H - 1, S, 0) + hier_chain_in(comm, &in, L, S, false);

@@ -1,6 +1,7 @@
 /* The pipelined exchange as a schedule of two lanes (see pipe.h for the
  * dependency rules): the lags become each lane's lag behind the other lane's
- * count of pieces done (coll_lane.after), and the engine does the rest. */
+ * count of pieces done (coll_lane.after), and the engine does the rest.
+ * Several pipes on distinct connections run as one schedule of their lanes. */
 #include "pipe.h"
 
 #include <string.h>
@@ -11,15 +12,21 @@
 
 enum { PIPE_RECV, PIPE_SEND };
 
+/* Pipes run together: lanes 2k (receive) and 2k + 1 (send) are pipe k's. */
 struct pipe_run {
     struct coll_pipe *p;
-    struct coll_lane lane[2];
+    struct coll_lane *lane;
 };
+
+static struct coll_pipe *pipe_of(const struct pipe_run *x, const struct coll_lane *l)
+{
+    return &x->p[l->tag / 2];
+}
 
 static void pipe_buf(void *ctx, const struct coll_lane *l, size_t i, void **buf, size_t *bytes)
 {
-    const struct coll_pipe *p = ((const struct pipe_run *)ctx)->p;
-    if (l->tag == PIPE_SEND) {
+    const struct coll_pipe *p = pipe_of(ctx, l);
+    if (l->tag % 2 == PIPE_SEND) {
         const void *b;
         p->send_buf(p->ctx, i, &b, bytes);
         *buf = (void *)b; /* only read: the lane sends from it */
@@ -30,10 +37,9 @@ static void pipe_buf(void *ctx, const struct coll_lane *l, size_t i, void **buf,
 
 static collResult_t pipe_done(void *ctx, struct coll_lane *l, size_t i, void *buf)
 {
-    const struct pipe_run *x = ctx;
-    const struct coll_pipe *p = x->p;
+    const struct coll_pipe *p = pipe_of(ctx, l);
     /* A lent piece was already reduced by consume(). */
-    if (l->tag == PIPE_RECV && p->process && !(l->lending && p->consume))
+    if (l->tag % 2 == PIPE_RECV && p->process && !(l->lending && p->consume))
         p->process(p->ctx, i, buf);
     return collSuccess;
 }
@@ -41,8 +47,17 @@ static collResult_t pipe_done(void *ctx, struct coll_lane *l, size_t i, void *bu
 static void pipe_consume(void *ctx, const struct coll_lane *l, size_t i, size_t off,
                          const void *src, size_t len)
 {
-    const struct coll_pipe *p = ((const struct pipe_run *)ctx)->p;
-    p->consume(p->ctx, i, off, src, len);
+    const struct coll_pipe *p = pipe_of(ctx, l);
+    if (p->consume != NULL) {
+        p->consume(p->ctx, i, off, src, len);
+        return;
+    }
+    /* A pipe without consume beside one with it: the copy a receive makes;
+     * pipe_done processes the piece once it is whole. */
+    void *buf;
+    size_t bytes;
+    p->recv_buf(p->ctx, i, &buf, &bytes);
+    memcpy((char *)buf + off, src, len);
 }
 
 static const struct coll_sched_ops pipe_ops = {.buf = pipe_buf, .done = pipe_done};
@@ -51,32 +66,50 @@ static const struct coll_sched_ops pipe_ops_consume = {
     .buf = pipe_buf, .done = pipe_done, .consume = pipe_consume,
 };
 
+collResult_t coll_pipes_run(struct coll_pipe *ps, int n)
+{
+    struct coll_lane lanes[2 * COLL_PIPES_MAX];
+    if (n < 1 || n > COLL_PIPES_MAX)
+        return collInternalError;
+    struct pipe_run x = {.p = ps, .lane = lanes};
+    bool consume = false, last = false;
+    size_t piece = 0;
+    for (int k = 0; k < n; k++) {
+        struct coll_pipe *p = &ps[k];
+        size_t window = p->window < 1 ? 1 : p->window;
+        if (window > COLL_PIPE_MAX_WINDOW)
+            window = COLL_PIPE_MAX_WINDOW;
+        struct coll_lane *rl = &lanes[2 * k + PIPE_RECV], *sl = &lanes[2 * k + PIPE_SEND];
+        /* The receive lane first: its pieces are tested before the sends'. */
+        *rl = (struct coll_lane){
+            .conn = p->recv_conn, .is_send = false, .total = p->recv_conn ? p->total : 0,
+            .window = window, .tag = 2 * k + PIPE_RECV, .lend = true, .reg = p->recv_reg,
+            .reg_bytes = p->recv_reg_bytes};
+        *sl = (struct coll_lane){
+            .conn = p->send_conn, .is_send = true, .total = p->send_conn ? p->total : 0,
+            .window = PIPE_SEND_WINDOW, .tag = 2 * k + PIPE_SEND, .reg = p->send_reg,
+            .reg_bytes = p->send_reg_bytes};
+        /* The lags (pipe.h): a piece is sent once received (processed) far
+         * enough ahead, and received once sent far enough ahead. */
+        if (p->send_after_recv) {
+            sl->after = &rl->done;
+            sl->lag = p->send_lag;
+        }
+        if (p->recv_lag > 0) {
+            rl->after = &sl->done;
+            rl->lag = p->recv_lag;
+        }
+        consume = consume || p->consume != NULL;
+        last = last || p->last;
+        piece = p->piece_bytes > piece ? p->piece_bytes : piece;
+    }
+    struct coll_sched s = {.comm = ps[0].comm, .ops = consume ? &pipe_ops_consume : &pipe_ops,
+                           .ctx = &x, .lanes = lanes, .nlanes = 2 * n, .piece_bytes = piece,
+                           .last = last};
+    return coll_engine_run(&s);
+}
+
 collResult_t coll_pipe_run(struct coll_pipe *p)
 {
-    struct pipe_run x = {.p = p};
-    size_t window = p->window < 1 ? 1 : p->window;
-    if (window > COLL_PIPE_MAX_WINDOW)
-        window = COLL_PIPE_MAX_WINDOW;
-    /* The receive lane first: its pieces are tested before the sends'. */
-    x.lane[PIPE_RECV] = (struct coll_lane){
-        .conn = p->recv_conn, .is_send = false, .total = p->recv_conn ? p->total : 0,
-        .window = window, .tag = PIPE_RECV, .lend = true, .reg = p->recv_reg,
-        .reg_bytes = p->recv_reg_bytes};
-    x.lane[PIPE_SEND] = (struct coll_lane){
-        .conn = p->send_conn, .is_send = true, .total = p->send_conn ? p->total : 0,
-        .window = PIPE_SEND_WINDOW, .tag = PIPE_SEND, .reg = p->send_reg,
-        .reg_bytes = p->send_reg_bytes};
-    /* The lags (pipe.h): a piece is sent once received (processed) far enough
-     * ahead, and received once sent far enough ahead. */
-    if (p->send_after_recv) {
-        x.lane[PIPE_SEND].after = &x.lane[PIPE_RECV].done;
-        x.lane[PIPE_SEND].lag = p->send_lag;
-    }
-    if (p->recv_lag > 0) {
-        x.lane[PIPE_RECV].after = &x.lane[PIPE_SEND].done;
-        x.lane[PIPE_RECV].lag = p->recv_lag;
-    }
-    struct coll_sched s = {.comm = p->comm, .ops = p->consume ? &pipe_ops_consume : &pipe_ops, .ctx = &x, .lanes = x.lane,
-                           .nlanes = 2, .piece_bytes = p->piece_bytes, .last = p->last};
-    return coll_engine_run(&s);
+    return coll_pipes_run(p, 1);
 }

@@ -60,4 +60,9 @@ struct coll_pipe {
 
 collResult_t coll_pipe_run(struct coll_pipe *p);
 
+/* Runs ps[0..n) at once, as one schedule: they must use distinct connections,
+ * and each keeps its own lags.  last: any of them. */
+#define COLL_PIPES_MAX 4
+collResult_t coll_pipes_run(struct coll_pipe *ps, int n);
+
 #endif

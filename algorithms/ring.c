@@ -29,6 +29,7 @@
  * the tree (tree.c) and recursive doubling (rd.c) take about log2 n rounds.
  */
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "algo.h"
@@ -317,6 +318,144 @@ collResult_t coll_ring_allreduce_ag(struct coll_comm *comm, const struct coll_ar
     if (g->n == 1 || a->count == 0)
         return collSuccess;
     return ring_allreduce_steps(comm, a, g, nsegs, 0, g->n - 1, g->n - 1, last);
+}
+
+/* --- lines: sets of ring steps run one after another on one pipe, beside
+ * other lines (ring.h) --- */
+
+struct line_ctx {
+    struct ring_ctx x[COLL_RING_LINE_MAX];
+    size_t start[COLL_RING_LINE_MAX + 1]; /* piece index where part p starts */
+    int n;
+};
+
+static struct ring_ctx *line_part(struct line_ctx *l, size_t *i)
+{
+    int p = 0;
+    while (p + 1 < l->n && *i >= l->start[p + 1])
+        p++;
+    *i -= l->start[p];
+    return &l->x[p];
+}
+
+static void line_send_buf(void *vctx, size_t i, const void **p, size_t *bytes)
+{
+    struct ring_ctx *x = line_part(vctx, &i);
+    ring_send_buf(x, i, p, bytes);
+}
+
+static void line_recv_buf(void *vctx, size_t i, void **p, size_t *bytes)
+{
+    struct ring_ctx *x = line_part(vctx, &i);
+    ring_recv_buf(x, i, p, bytes);
+}
+
+static void line_process(void *vctx, size_t i, void *recvd)
+{
+    struct ring_ctx *x = line_part(vctx, &i);
+    ring_process(x, i, recvd);
+}
+
+static void line_consume(void *vctx, size_t i, size_t boff, const void *src, size_t len)
+{
+    struct ring_ctx *x = line_part(vctx, &i);
+    ring_consume(x, i, boff, src, len);
+}
+
+/* The pieces per step of set st, and its slot bytes when in place. */
+static void line_shape(const struct coll_comm *comm, const struct coll_ring_steps *st,
+                       size_t *K_p, size_t *slot_bytes_p)
+{
+    size_t esize = coll_dtype_size(st->a.dtype), off0, len0;
+    coll_ring_chunk(st->a.count, st->nsegs, 0, &off0, &len0);
+    *K_p = coll_slices(len0, ring_slice_elems(comm, esize));
+    bool in_place = st->a.sendbuf == st->a.recvbuf && st->step0 < st->g.n - 1;
+    *slot_bytes_p = in_place ? (len0 + *K_p - 1) / *K_p * esize : 0;
+}
+
+static bool line_set_moves(const struct coll_ring_steps *st)
+{
+    return st->g.n > 1 && st->a.count > 0 && st->nsteps > 0;
+}
+
+size_t coll_ring_lines_slots(const struct coll_comm *comm, const struct coll_ring_line *lines,
+                             int nlines)
+{
+    size_t total = 0, K, slot;
+    for (int k = 0; k < nlines; k++)
+        for (int p = 0; p < lines[k].nsets; p++) {
+            if (!line_set_moves(&lines[k].set[p]))
+                continue;
+            line_shape(comm, &lines[k].set[p], &K, &slot);
+            total += (size_t)comm->depth * slot;
+        }
+    return total;
+}
+
+collResult_t coll_ring_run_lines(struct coll_comm *comm, const struct coll_ring_line *lines,
+                                 int nlines, void *slots, bool last)
+{
+    struct line_ctx lc[COLL_PIPES_MAX];
+    struct coll_pipe pipes[COLL_PIPES_MAX];
+    int np = 0;
+    char *room = slots;
+    if (nlines > COLL_PIPES_MAX)
+        return collInternalError;
+    for (int k = 0; k < nlines; k++) {
+        struct line_ctx *l = &lc[np];
+        l->n = 0;
+        size_t total = 0, lag = SIZE_MAX, window = COLL_PIPE_MAX_WINDOW, piece = 0;
+        const struct coll_ring_group *g = NULL;
+        for (int p = 0; p < lines[k].nsets && p < COLL_RING_LINE_MAX; p++) {
+            const struct coll_ring_steps *st = &lines[k].set[p];
+            if (!line_set_moves(st))
+                continue;
+            size_t K, slot_bytes;
+            line_shape(comm, st, &K, &slot_bytes);
+            struct ring_ctx *x = &l->x[l->n];
+            *x = (struct ring_ctx){.comm = comm, .a = &st->a, .n = st->g.n, .r = st->g.pos,
+                                   .members = st->g.members, .nsegs = st->nsegs,
+                                   .step0 = st->step0, .avg_div = st->avg_div,
+                                   .esize = coll_dtype_size(st->a.dtype), .K = K,
+                                   .nrs = st->g.n - 1, .in = st->a.sendbuf,
+                                   .out = st->a.recvbuf};
+            if (slot_bytes > 0) {
+                x->nslots = (size_t)comm->depth;
+                x->slot_bytes = slot_bytes;
+                x->slots = room;
+                room += x->nslots * slot_bytes;
+                window = x->nslots < window ? x->nslots : window;
+            } else {
+                window = window < 8 ? window : 8;
+            }
+            l->start[l->n] = total;
+            total += (size_t)st->nsteps * K;
+            lag = K < lag ? K : lag;
+            size_t off0, len0;
+            ring_seg(x, 0, &off0, &len0);
+            size_t pb = (len0 + K - 1) / K * x->esize;
+            piece = pb > piece ? pb : piece;
+            g = &st->g;
+            l->n++;
+        }
+        if (l->n == 0)
+            continue;
+        l->start[l->n] = total;
+        /* The sets of a line share the group, hence the connections, and pass
+         * on one pipe one after another; a set's first sends wait for the one
+         * before to be processed as far as the lag says (the smallest K). */
+        pipes[np] = (struct coll_pipe){.last = last, .comm = comm, .total = total,
+                                       .send_after_recv = true, .send_lag = lag,
+                                       .window = window, .ctx = l, .send_buf = line_send_buf,
+                                       .recv_buf = line_recv_buf, .process = line_process,
+                                       .consume = line_consume, .piece_bytes = piece};
+        int prev, next;
+        coll_ring_neighbors(g->pos, g->n, &prev, &next);
+        COLL_CHECK(coll_transport_get_conn(comm, g->members[next], true, &pipes[np].send_conn));
+        COLL_CHECK(coll_transport_get_conn(comm, g->members[prev], false, &pipes[np].recv_conn));
+        np++;
+    }
+    return np > 0 ? coll_pipes_run(pipes, np) : collSuccess;
 }
 
 void coll_ring_segment(size_t count, int nsegs, int j, size_t *off_p, size_t *len_p)

@@ -37,4 +37,30 @@ collResult_t coll_ring_allreduce_rs(struct coll_comm *comm, const struct coll_ar
 collResult_t coll_ring_allreduce_ag(struct coll_comm *comm, const struct coll_args *a,
                                     const struct coll_ring_group *g, int nsegs, bool last);
 
+/* Steps [step0, step0 + nsteps) of an allreduce of a over g, its count cut
+ * into nsegs segments (as the three calls above make them), collAvg dividing by
+ * avg_div at the last reduce-scatter step. */
+struct coll_ring_steps {
+    struct coll_args a;
+    struct coll_ring_group g;
+    int nsegs, avg_div, step0, nsteps;
+};
+
+/* A line: sets of steps over one group, passed one after another on one pipe. */
+#define COLL_RING_LINE_MAX 2
+struct coll_ring_line {
+    struct coll_ring_steps set[COLL_RING_LINE_MAX];
+    int nsets;
+};
+
+/* Bytes of receive slots that coll_ring_run_lines needs (sets in place). */
+size_t coll_ring_lines_slots(const struct coll_comm *comm, const struct coll_ring_line *lines,
+                             int nlines);
+/* Runs lines[0..nlines) at once, one pipe each, as one schedule (pipe.h,
+ * coll_pipes_run): the lines must be on distinct connections (groups of other
+ * ranks, or the same ranks in the other direction).  Sets with nothing to move
+ * (one rank, no elements) are skipped.  slots: coll_ring_lines_slots bytes. */
+collResult_t coll_ring_run_lines(struct coll_comm *comm, const struct coll_ring_line *lines,
+                                 int nlines, void *slots, bool last);
+
 #endif
