@@ -409,11 +409,16 @@ COLL_API collResult_t collGroupStart(void);
 COLL_API collResult_t collGroupEnd(void);
 
 /*
- * collAllToAll: block j (count elements) of sendbuff goes to rank j, and block i
- * of recvbuff comes from rank i; both buffers hold nranks * count elements.  In
- * place when sendbuff == recvbuff.  Runs as a group of sends and receives (inside
- * an open group, it joins that group).  Results and thread safety as collSend.
+ * collAlltoAll (NCCL's spelling, ncclAlltoAll): block j (count elements) of
+ * sendbuff goes to rank j, and block i of recvbuff comes from rank i; both
+ * buffers hold nranks * count elements.  In place when sendbuff == recvbuff.
+ * Runs as a group of sends and receives (inside an open group, it joins that
+ * group).  Results and thread safety as collSend.  collAllToAll is the same call
+ * under the name of earlier versions.
  */
+COLL_API collResult_t collAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                                   collDataType_t datatype, collComm_t comm,
+                                   collStream_t stream);
 COLL_API collResult_t collAllToAll(const void *sendbuff, void *recvbuff, size_t count,
                                    collDataType_t datatype, collComm_t comm,
                                    collStream_t stream);

@@ -533,6 +533,13 @@ COLL_API collResult_t collAllToAll(const void *sendbuff, void *recvbuff, size_t 
                                    collDataType_t datatype, collComm_t comm,
                                    collStream_t stream)
 {
+    return collAlltoAll(sendbuff, recvbuff, count, datatype, comm, stream);
+}
+
+COLL_API collResult_t collAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
+                                   collDataType_t datatype, collComm_t comm,
+                                   collStream_t stream)
+{
     size_t n = comm ? (size_t)comm->nranks : 1;
     collResult_t res = p2p_check(comm, "collAllToAll", "sendbuff", sendbuff, count, n, datatype,
                                  -2, stream);
