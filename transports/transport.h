@@ -17,6 +17,7 @@
 #ifndef COLL_TRANSPORT_H
 #define COLL_TRANSPORT_H
 
+#include "memtype.h"
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -47,9 +48,9 @@
 #define coll_container_of(ptr, type, member) ((type *)((char *)(ptr) - offsetof(type, member)))
 
 struct coll_comm;
-/* What kind of memory a registered buffer is.  Host memory only for now; device
- * memory comes with a CUDA transport (COLL_TP_CAP_CUDA_MEM). */
-enum coll_memtype { COLL_MEM_HOST, COLL_MEM_DEVICE };
+/* What kind of memory a registered buffer is: enum coll_memtype (memtype.h).
+ * Host memory only for now; device memory comes with a CUDA transport
+ * (COLL_TP_CAP_CUDA_MEM). */
 struct coll_transport;
 
 /* What every rank tells the others at init (through the bootstrap). */

@@ -64,6 +64,10 @@ static collResult_t call_check_args(struct coll_comm *comm, const struct call_ch
         coll_set_error(comm, "%s: recvbuff is NULL with count %zu", c->fn, count);
         return collInvalidArgument;
     }
+    COLL_CHECK(coll_check_host_buffer(comm, c->fn, "sendbuff", c->sendbuff,
+                                      c->send_elems * esize));
+    COLL_CHECK(coll_check_host_buffer(comm, c->fn, "recvbuff", c->recvbuff,
+                                      c->recv_elems * esize));
     COLL_CHECK(coll_stream_check(comm, c->fn, c->stream));
     if (coll_group_active())
         COLL_CHECK(coll_group_stream(comm, c->fn, c->stream));

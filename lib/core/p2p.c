@@ -469,6 +469,8 @@ static collResult_t p2p_check(struct coll_comm *comm, const char *fn, const char
                        collNumTypes);
         return collInvalidArgument;
     }
+    COLL_CHECK(coll_check_host_buffer(comm, fn, bufname, buf,
+                                      count * mult * coll_dtype_size(datatype)));
     if (peer >= -1 && (peer < 0 || peer >= comm->nranks)) {
         coll_set_error(comm, "%s: peer %d is out of range [0, %d)", fn, peer, comm->nranks);
         return collInvalidArgument;

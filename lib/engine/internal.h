@@ -183,6 +183,11 @@ struct coll_comm {
  * comm NULL, as the calling thread's (comm_state.c). */
 void coll_set_error(struct coll_comm *comm, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
+/* A user buffer of `bytes` bytes that this library built without CUDA can use:
+ * collInvalidUsage naming fn and name when it is CUDA device memory (managed
+ * memory, which the CPU reaches, is accepted). */
+collResult_t coll_check_host_buffer(struct coll_comm *comm, const char *fn, const char *name,
+                                    const void *p, size_t bytes);
 /* The calling thread's last failure without a communicator, and setting it. */
 const char *coll_thread_error(void);
 void coll_set_thread_error(const char *msg);
