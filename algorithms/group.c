@@ -8,6 +8,7 @@
 
 #include "group.h"
 
+#include "engine.h"
 #include "exec.h"
 #include "pattern.h"
 #include "pipe.h"
@@ -166,6 +167,78 @@ collResult_t coll_group_reduce(struct coll_comm *comm, const struct coll_ring_gr
                           .piece_bytes = x.slot_bytes};
     COLL_CHECK(group_conns(comm, g, !is_root, !x.is_first, &p.send_conn, &p.recv_conn));
     return coll_pipe_run(&p);
+}
+
+/* --- binomial trees --- */
+
+/* One message to or from the member at place p, alone. */
+static collResult_t tree_xfer(struct coll_comm *comm, const struct coll_ring_group *g, int p,
+                              bool send, void *buf, size_t bytes)
+{
+    struct coll_xfer x = {.buf = buf, .bytes = bytes, .is_send = send};
+    if (bytes == 0)
+        return collSuccess;
+    COLL_CHECK(coll_transport_get_conn(comm, g->members[p], send, &x.conn));
+    return coll_engine_round(comm, &x, 1, false);
+}
+
+collResult_t coll_group_tree_bcast(struct coll_comm *comm, const struct coll_ring_group *g,
+                                   int root, const void *src, void *dst, size_t bytes)
+{
+    int n = g->n, vr = coll_mod((long)g->pos - root, n); /* place relative to the root */
+    if (n == 1 || bytes == 0)
+        return collSuccess;
+    /* Receive from the parent (vr without its lowest set bit), then send to the
+     * children vr + 2^k below that bit, farthest first. */
+    int mask = 1;
+    while (mask < n && !(vr & mask))
+        mask <<= 1;
+    const void *from = src;
+    if (vr != 0) {
+        COLL_CHECK(tree_xfer(comm, g, (vr - mask + root) % n, false, dst, bytes));
+        from = dst;
+    }
+    for (mask >>= 1; mask > 0; mask >>= 1)
+        if (vr + mask < n)
+            COLL_CHECK(tree_xfer(comm, g, (vr + mask + root) % n, true, (void *)from, bytes));
+    return collSuccess;
+}
+
+size_t coll_group_tree_reduce_work(size_t count, collDataType_t dtype)
+{
+    return 2 * count * coll_dtype_size(dtype);
+}
+
+collResult_t coll_group_tree_reduce(struct coll_comm *comm, const struct coll_ring_group *g,
+                                    int root, const void *own, void *dst, size_t count,
+                                    collDataType_t dtype, collRedOp_t op, int avg_div,
+                                    void *work)
+{
+    int n = g->n, vr = coll_mod((long)g->pos - root, n);
+    size_t bytes = count * coll_dtype_size(dtype);
+    if (n == 1 || count == 0)
+        return coll_group_reduce(comm, g, root, own, dst, count, dtype, op, avg_div, NULL,
+                                 false); /* the copy and division of one member */
+    /* The partial sum: the root's output, else the first half of work; what
+     * arrives lands in the second half.  Children vr + 1, vr + 2, vr + 4, ...
+     * below vr's lowest set bit are added in that order, then it goes up. */
+    char *acc = vr == 0 ? dst : work, *in = (char *)work + bytes;
+    const char *partial = own;
+    int mask = 1;
+    for (; mask < n && !(vr & mask); mask <<= 1) {
+        if (vr + mask >= n)
+            continue;
+        COLL_CHECK(tree_xfer(comm, g, (vr + mask + root) % n, false, in, bytes));
+        coll_reduce(op, dtype, acc, partial, in, count);
+        partial = acc;
+    }
+    if (vr != 0)
+        return tree_xfer(comm, g, (vr - mask + root) % n, true, (void *)partial, bytes);
+    if (partial != dst)
+        memcpy(dst, partial, bytes);
+    if (avg_div > 1)
+        coll_reduce_div(dtype, dst, dst, count, avg_div);
+    return collSuccess;
 }
 
 /* --- ring allgather of uneven regions --- */

@@ -30,6 +30,19 @@ collResult_t coll_group_reduce(struct coll_comm *comm, const struct coll_ring_gr
                                const void *own, void *dst, size_t count, collDataType_t dtype,
                                collRedOp_t op, int avg_div, void *slots, bool last);
 
+/* The same two over a binomial tree (ceil(log2 n) rounds, each moving the whole
+ * buffer, one message per round, unpipelined): for small buffers over many
+ * members, where rounds cost more than bytes.  The tree reduce takes `work`:
+ * bytes of scratch on every member (coll_group_tree_reduce_work), and reduces
+ * in a fixed order (the root's result is the same run after run). */
+collResult_t coll_group_tree_bcast(struct coll_comm *comm, const struct coll_ring_group *g,
+                                   int root, const void *src, void *dst, size_t bytes);
+size_t coll_group_tree_reduce_work(size_t count, collDataType_t dtype);
+collResult_t coll_group_tree_reduce(struct coll_comm *comm, const struct coll_ring_group *g,
+                                    int root, const void *own, void *dst, size_t count,
+                                    collDataType_t dtype, collRedOp_t op, int avg_div,
+                                    void *work);
+
 /* A ring allgather in buf of uneven regions: the member at place j holds bytes
  * [off[j], off[j] + len[j]) of buf, and after it every member holds all of them
  * (n - 1 steps, each region crossing each link once). */

@@ -217,6 +217,37 @@ static bool hier_order_is_ranks(const struct coll_comm *comm)
     return true;
 }
 
+/* Whether the hosts' step of a broadcast or reduce of S bytes goes over a
+ * binomial tree of the leaders rather than the pipelined chain: COLL_HIER_ACROSS,
+ * else the model (the same on every rank): the chain takes H - 1 rounds and the
+ * bytes once, the tree ceil(log2 H) rounds with the bytes in each. */
+static bool hier_across_tree(const struct coll_comm *comm, double S)
+{
+    const char *how = coll_param_str(COLL_PARAM_HIER_ACROSS);
+    if (how != NULL && strcmp(how, "tree") == 0)
+        return true;
+    if (how != NULL && strcmp(how, "chain") == 0)
+        return false;
+    const struct coll_model *m = &comm->model;
+    int H = comm->hosts.n;
+    double a = m->net_alpha_us > 0 ? m->net_alpha_us : m->alpha_us;
+    double us_per_byte = 1.0 / ((m->net_gbs > 0 ? m->net_gbs : m->core_gbs) * 1e3);
+    double chain = (H - 1) * a + S * us_per_byte;
+    double tree = coll_log2_ceil(H) * (a + S * us_per_byte);
+    return tree < chain;
+}
+
+static collResult_t hier_comm_init(struct coll_comm *comm)
+{
+    const char *how = coll_param_str(COLL_PARAM_HIER_ACROSS);
+    if (how != NULL && strcmp(how, "auto") != 0 && strcmp(how, "tree") != 0 &&
+        strcmp(how, "chain") != 0) {
+        coll_set_error(comm, "COLL_HIER_ACROSS=%s: want auto, chain or tree", how);
+        return collInvalidArgument;
+    }
+    return collSuccess;
+}
+
 static collResult_t hier_broadcast(struct coll_comm *comm, const struct coll_args *a)
 {
     struct hier_view v = hier_view_of(comm);
@@ -232,8 +263,12 @@ static collResult_t hier_broadcast(struct coll_comm *comm, const struct coll_arg
         int *members;
         COLL_CHECK(coll_calloc(&members, (size_t)v.H));
         struct coll_ring_group across = hier_leaders(&v, root, members);
-        collResult_t res = coll_group_bcast(comm, &across, v.h->host[root], a->recvbuf,
-                                            a->recvbuf, bytes, v.L == 1);
+        collResult_t res =
+            hier_across_tree(comm, (double)bytes)
+                ? coll_group_tree_bcast(comm, &across, v.h->host[root], a->recvbuf,
+                                        a->recvbuf, bytes)
+                : coll_group_bcast(comm, &across, v.h->host[root], a->recvbuf, a->recvbuf,
+                                   bytes, v.L == 1);
         free(members);
         COLL_CHECK(res);
     }
@@ -255,8 +290,10 @@ static collResult_t hier_reduce(struct coll_comm *comm, const struct coll_args *
     bool leader = v.local.pos == lead_place;
     /* The host's sum: the root's output, another leader's scratch. */
     size_t slots = coll_group_reduce_slots(comm, a->count, a->dtype);
+    size_t tree_work = coll_group_tree_reduce_work(a->count, a->dtype);
     char *work;
-    COLL_CHECK(coll_comm_scratch(comm, bytes + slots, (void **)&work));
+    COLL_CHECK(coll_comm_scratch(comm, bytes + (slots > tree_work ? slots : tree_work),
+                                 (void **)&work));
     void *sum = me == root ? a->recvbuf : work;
     const void *host_sum = a->sendbuf;
     if (v.L > 1) {
@@ -270,8 +307,12 @@ static collResult_t hier_reduce(struct coll_comm *comm, const struct coll_args *
     int *members;
     COLL_CHECK(coll_calloc(&members, (size_t)v.H));
     struct coll_ring_group across = hier_leaders(&v, root, members);
-    collResult_t res = coll_group_reduce(comm, &across, v.h->host[root], host_sum, a->recvbuf,
-                                         a->count, a->dtype, a->op, avg, work + bytes, true);
+    collResult_t res =
+        hier_across_tree(comm, (double)bytes)
+            ? coll_group_tree_reduce(comm, &across, v.h->host[root], host_sum, a->recvbuf,
+                                     a->count, a->dtype, a->op, avg, work + bytes)
+            : coll_group_reduce(comm, &across, v.h->host[root], host_sum, a->recvbuf, a->count,
+                                a->dtype, a->op, avg, work + bytes, true);
     free(members);
     return res;
 }
@@ -464,9 +505,13 @@ static double hier_predict(const struct coll_comm *comm, enum coll_func f,
         return P == 1 ? in_host + across : P * fmax(in_host, across) + in_host;
     }
     case COLL_FUNC_BROADCAST:
-        return hier_across(m, H - 1, S, 0) + hier_chain_in(comm, &in, L, S, false);
-    case COLL_FUNC_REDUCE:
-        return hier_chain_in(comm, &in, L, S, true) + hier_across(m, H - 1, S, S);
+    case COLL_FUNC_REDUCE: { /* across: a chain, or a tree of whole messages */
+        double red = f == COLL_FUNC_REDUCE ? S : 0;
+        double across = hier_across_tree(comm, S)
+                            ? coll_log2_ceil(H) * hier_across(m, 1, S, red)
+                            : hier_across(m, H - 1, S, red);
+        return across + hier_chain_in(comm, &in, L, S, f == COLL_FUNC_REDUCE);
+    }
     case COLL_FUNC_ALLGATHER: { /* S per rank; the output is N S */
         double ring_in = coll_model_cost(&in, L, &(struct coll_cost){
             .rounds = L - 1, .msgs = (double)L * (L - 1), .busiest_msgs = 2.0 * (L - 1),
@@ -492,4 +537,5 @@ const struct coll_algo coll_algo_hier = {
             [COLL_FUNC_ALLGATHER] = hier_allgather,
             [COLL_FUNC_REDUCE_SCATTER] = hier_reduce_scatter},
     .predict = hier_predict,
+    .comm_init = hier_comm_init,
 };

@@ -564,6 +564,12 @@ static void body_pollset(struct launch_rank *lr)
     close(p[0][1]);
     REQUIRE(pipe(p[0]) == 0);
     if (p[0][0] != old) { /* make the number the same */
+        if (p[0][1] == old) { /* (a lower number was free): move the write end off it */
+            int w = dup(p[0][1]);
+            REQUIRE(w >= 0);
+            close(p[0][1]);
+            p[0][1] = w;
+        }
         REQUIRE(dup2(p[0][0], old) == old);
         close(p[0][0]);
         p[0][0] = old;

@@ -9,7 +9,8 @@
 #     hierarchical allreduce, broadcast, reduce, allgather and reduce_scatter
 #     ran every time (gather and scatter have none: the planner's), and every
 #     result is exact and the allreduce's the same bytes on every rank
-#     (test_sweep's checks);
+#     (test_sweep's checks); broadcast and reduce again with the hosts' step
+#     forced to a tree and to a chain (COLL_HIER_ACROSS);
 #   - every collective with the planner's choices (the flat ring follows the
 #     hosts whatever the numbering).
 # Then a partition: 2 hosts of 2 ranks loop hierarchical allreduces of 1 MiB
@@ -94,6 +95,12 @@ for shape in "${shapes[@]}"; do
         name=$(echo "$shape" | tr ' ' x).$numbering
         run "hier.$name" "$numbering" "$shape" COLL_ALGO=hier -- --quick --expect-algo hier
     done
+done
+# Broadcast and reduce with the hosts' step over a binomial tree, and as a chain,
+# whatever the model would pick (COLL_HIER_ACROSS), on uneven hosts.
+for how in tree chain; do
+    run "hier-$how.1x3x2x2.rr" rr "1 3 2 2" COLL_ALGO=hier COLL_HIER_ACROSS=$how -- \
+        --quick --coll broadcast,reduce --expect-algo hier
 done
 # The 1M+3 counts too (every type with sum, every op with float32 and int32;
 # some element sizes for the copies).

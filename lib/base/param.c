@@ -121,6 +121,9 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
     [COLL_PARAM_TOPO_SYSFS_ROOT] = {"COLL_TOPO_SYSFS_ROOT", COLL_PARAM_TYPE_STR, "/sys",
                                     "where the topology reads sysfs (a copy, for tests); hwloc "
                                     "reads /sys only"},
+    [COLL_PARAM_HIER_ACROSS] = {"COLL_HIER_ACROSS", COLL_PARAM_TYPE_STR, "auto",
+                                "hier's broadcast and reduce across the hosts: chain "
+                                "(pipelined), tree (binomial), auto (the planner's model)"},
 };
 
 static pthread_once_t param_once = PTHREAD_ONCE_INIT;
