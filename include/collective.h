@@ -312,10 +312,22 @@ COLL_API const char *collGetLastError(collComm_t comm);
  * Any of these given a pointer that is not a live stream returns
  * collInvalidArgument, as does a call given such a stream.
  *
- * Device buffers (when the library is built with CUDA): a call whose buffers
- * are device memory takes a cudaStream_t in the same parameter, as NCCL does,
- * and is ordered on that CUDA stream; the library tells the two apart by the
- * buffers' memory type, so code written against this version does not change.
+ * Device buffers: a call (collective, send/receive, or a whole group) with a
+ * buffer in CUDA device memory (cudaMalloc) takes a cudaStream_t in the same
+ * parameter, as NCCL does, and NULL there is CUDA's legacy default stream.  The
+ * library tells the two meanings apart by the buffers' memory type, which it
+ * asks the CUDA driver the process has loaded; managed memory
+ * (cudaMallocManaged) and registered host memory count as host memory.  Such a
+ * call returns once its work is enqueued on the CUDA stream: kernels issued on
+ * that stream after it see its result, and events order it against other
+ * streams.  The device buffers are copied through pinned host memory on that
+ * stream and the call runs on the communicator's progress thread in issue
+ * order; a failure poisons the communicator (collCommGetAsyncError).  Refused:
+ * a collStream_t with device buffers, a buffer that runs past its CUDA
+ * allocation, a group with device buffers over several communicators, and a
+ * CUDA driver older than 12.0 (collUnhandledCudaError).  Ranks that are threads
+ * of one process need a stream each: one rank's call holds its stream until
+ * the others join.
  * Thread safety: any thread; a stream must not be destroyed while another
  * thread issues calls on it or waits for it.
  */

@@ -2,16 +2,20 @@
  * what only NCCL has (fp8 types, pre-multiplied sums, config structs made by
  * NCCL's initializer), converts its arguments and calls the coll* call of the
  * same name.  The result codes, data types and ops have the same values in both
- * APIs.  A cudaStream_t is not a libcollective stream: calls on host buffers run
- * to completion before they return, which every later use of the stream sees. */
+ * APIs.  Streams: a call with device buffers is ordered on its cudaStream_t,
+ * as in NCCL (lib/core/device.c stages it); a call on host buffers, which NCCL
+ * refuses, runs to completion before it returns, which every later use of the
+ * stream sees (a cudaStream_t is not a collStream_t). */
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "collective.h"
+#include "memtype.h"
 #include "nccl.h"
 
 #define NCCL_EXPORT __attribute__((visibility("default")))
@@ -35,6 +39,14 @@ static ncclResult_t shim_res(collResult_t r)
 {
     shim_error_set = 0;
     return (ncclResult_t)r;
+}
+
+/* The stream to pass on: the caller's cudaStream_t when a buffer is device
+ * memory, else NULL (host buffers: the call blocks). */
+static collStream_t shim_stream(cudaStream_t stream, const void *a, const void *b)
+{
+    bool dev = coll_memtype_of(a) == COLL_MEM_DEVICE || coll_memtype_of(b) == COLL_MEM_DEVICE;
+    return dev ? (collStream_t)stream : NULL;
 }
 
 static collComm_t C(ncclComm_t comm)
@@ -306,10 +318,9 @@ NCCL_EXPORT ncclResult_t ncclReduce(const void *sendbuff, void *recvbuff, size_t
                                     ncclDataType_t datatype, ncclRedOp_t op, int root,
                                     ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     SHIM_TYPE(datatype, "ncclReduce");
     return shim_res(collReduce(sendbuff, recvbuff, count, (collDataType_t)ct_, (collRedOp_t)op,
-                               root, C(comm), NULL));
+                               root, C(comm), shim_stream(stream, sendbuff, recvbuff)));
 }
 
 NCCL_EXPORT ncclResult_t ncclBcast(void *buff, size_t count, ncclDataType_t datatype, int root,
@@ -322,85 +333,81 @@ NCCL_EXPORT ncclResult_t ncclBroadcast(const void *sendbuff, void *recvbuff, siz
                                        ncclDataType_t datatype, int root, ncclComm_t comm,
                                        cudaStream_t stream)
 {
-    (void)stream;
     SHIM_TYPE(datatype, "ncclBroadcast");
     return shim_res(collBroadcast(sendbuff, recvbuff, count, (collDataType_t)ct_, root, C(comm),
-                                  NULL));
+                                  shim_stream(stream, sendbuff, recvbuff)));
 }
 
 NCCL_EXPORT ncclResult_t ncclAllReduce(const void *sendbuff, void *recvbuff, size_t count,
                                        ncclDataType_t datatype, ncclRedOp_t op, ncclComm_t comm,
                                        cudaStream_t stream)
 {
-    (void)stream;
     SHIM_TYPE(datatype, "ncclAllReduce");
     return shim_res(collAllReduce(sendbuff, recvbuff, count, (collDataType_t)ct_,
-                                  (collRedOp_t)op, C(comm), NULL));
+                                  (collRedOp_t)op, C(comm),
+                                  shim_stream(stream, sendbuff, recvbuff)));
 }
 
 NCCL_EXPORT ncclResult_t ncclReduceScatter(const void *sendbuff, void *recvbuff,
                                            size_t recvcount, ncclDataType_t datatype,
                                            ncclRedOp_t op, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     SHIM_TYPE(datatype, "ncclReduceScatter");
     return shim_res(collReduceScatter(sendbuff, recvbuff, recvcount, (collDataType_t)ct_,
-                                      (collRedOp_t)op, C(comm), NULL));
+                                      (collRedOp_t)op, C(comm),
+                                      shim_stream(stream, sendbuff, recvbuff)));
 }
 
 NCCL_EXPORT ncclResult_t ncclAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
                                        ncclDataType_t datatype, ncclComm_t comm,
                                        cudaStream_t stream)
 {
-    (void)stream;
     SHIM_TYPE(datatype, "ncclAllGather");
     return shim_res(collAllGather(sendbuff, recvbuff, sendcount, (collDataType_t)ct_, C(comm),
-                                  NULL));
+                                  shim_stream(stream, sendbuff, recvbuff)));
 }
 
 NCCL_EXPORT ncclResult_t ncclAlltoAll(const void *sendbuff, void *recvbuff, size_t count,
                                       ncclDataType_t datatype, ncclComm_t comm,
                                       cudaStream_t stream)
 {
-    (void)stream;
     SHIM_TYPE(datatype, "ncclAlltoAll");
-    return shim_res(collAlltoAll(sendbuff, recvbuff, count, (collDataType_t)ct_, C(comm), NULL));
+    return shim_res(collAlltoAll(sendbuff, recvbuff, count, (collDataType_t)ct_, C(comm),
+                                 shim_stream(stream, sendbuff, recvbuff)));
 }
 
 NCCL_EXPORT ncclResult_t ncclGather(const void *sendbuff, void *recvbuff, size_t count,
                                     ncclDataType_t datatype, int root, ncclComm_t comm,
                                     cudaStream_t stream)
 {
-    (void)stream;
     SHIM_TYPE(datatype, "ncclGather");
     return shim_res(collGather(sendbuff, recvbuff, count, (collDataType_t)ct_, root, C(comm),
-                               NULL));
+                               shim_stream(stream, sendbuff, recvbuff)));
 }
 
 NCCL_EXPORT ncclResult_t ncclScatter(const void *sendbuff, void *recvbuff, size_t count,
                                      ncclDataType_t datatype, int root, ncclComm_t comm,
                                      cudaStream_t stream)
 {
-    (void)stream;
     SHIM_TYPE(datatype, "ncclScatter");
     return shim_res(collScatter(sendbuff, recvbuff, count, (collDataType_t)ct_, root, C(comm),
-                                NULL));
+                                shim_stream(stream, sendbuff, recvbuff)));
 }
 
 NCCL_EXPORT ncclResult_t ncclSend(const void *sendbuff, size_t count, ncclDataType_t datatype,
                                   int peer, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     SHIM_TYPE(datatype, "ncclSend");
-    return shim_res(collSend(sendbuff, count, (collDataType_t)ct_, peer, C(comm), NULL));
+    return shim_res(collSend(sendbuff, count, (collDataType_t)ct_, peer, C(comm),
+                             shim_stream(stream, sendbuff, NULL)));
 }
 
 NCCL_EXPORT ncclResult_t ncclRecv(void *recvbuff, size_t count, ncclDataType_t datatype,
                                   int peer, ncclComm_t comm, cudaStream_t stream)
 {
-    (void)stream;
     SHIM_TYPE(datatype, "ncclRecv");
-    return shim_res(collRecv(recvbuff, count, (collDataType_t)ct_, peer, C(comm), NULL));
+    return shim_res(collRecv(recvbuff, count, (collDataType_t)ct_, peer, C(comm),
+                             shim_stream(stream, recvbuff, NULL)));
 }
 
 NCCL_EXPORT ncclResult_t ncclGroupStart(void)

@@ -6,9 +6,10 @@
  * struct layouts are NCCL's (API level 2.27).  Calls map one to one onto the
  * coll* calls of collective.h.  Differences from NCCL, all of them extensions or
  * refusals with a message (ncclGetLastError):
+ *   - device buffers are ordered on their cudaStream_t as in NCCL, staged
+ *     through pinned host memory (they need a CUDA 12 driver);
  *   - host buffers work, as in libcollective (NCCL refuses them); a call on host
  *     buffers is complete when it returns, whatever its stream;
- *   - device buffers need a library built with CUDA support;
  *   - ncclRedOpCreatePreMulSum, ncclRedOpDestroy, the fp8 types, memory windows
  *     and ncclCommInitRankScalable with several ids return ncclInvalidUsage (or
  *     ncclInvalidArgument for the types).

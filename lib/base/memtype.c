@@ -1,6 +1,7 @@
 /* coll_memtype_of (memtype.h): cuPointerGetAttribute of the driver the process
  * already has, looked up once (dlopen RTLD_NOLOAD; a driver loaded later is
- * found by a later look, at most once a second). */
+ * found by a later look, at most once a second; threads that arrive during a
+ * look wait for it). */
 #include "memtype.h"
 
 #include <dlfcn.h>
@@ -20,23 +21,29 @@ typedef int (*cu_pointer_get_attribute_fn)(void *data, int attribute, uintptr_t 
 
 static _Atomic(cu_pointer_get_attribute_fn) memtype_fn;
 static _Atomic int64_t memtype_next_look_ns;
+static pthread_mutex_t memtype_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static cu_pointer_get_attribute_fn memtype_driver(void)
 {
     cu_pointer_get_attribute_fn fn = atomic_load_explicit(&memtype_fn, memory_order_acquire);
-    if (fn != NULL)
+    if (fn != NULL || coll_now_ns() < atomic_load(&memtype_next_look_ns))
         return fn;
-    int64_t now = coll_now_ns(), next = atomic_load(&memtype_next_look_ns);
-    if (now < next || !atomic_compare_exchange_strong(&memtype_next_look_ns, &next,
-                                                      now + 1000000000LL))
-        return NULL;
-    void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
-    if (h == NULL)
-        return NULL;
-    fn = (cu_pointer_get_attribute_fn)(uintptr_t)dlsym(h, "cuPointerGetAttribute");
-    /* The handle stays open: the driver is not unloaded under us. */
-    if (fn != NULL)
-        atomic_store_explicit(&memtype_fn, fn, memory_order_release);
+    /* One thread looks while the others wait for its answer (a thread that
+     * found the look under way used to take the buffer for host memory). */
+    pthread_mutex_lock(&memtype_lock);
+    fn = atomic_load_explicit(&memtype_fn, memory_order_acquire);
+    int64_t now = coll_now_ns();
+    if (fn == NULL && now >= atomic_load(&memtype_next_look_ns)) {
+        void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
+        if (h != NULL)
+            fn = (cu_pointer_get_attribute_fn)(uintptr_t)dlsym(h, "cuPointerGetAttribute");
+        /* The handle stays open: the driver is not unloaded under us. */
+        if (fn != NULL)
+            atomic_store_explicit(&memtype_fn, fn, memory_order_release);
+        else
+            atomic_store(&memtype_next_look_ns, now + 1000000000LL);
+    }
+    pthread_mutex_unlock(&memtype_lock);
     return fn;
 }
 

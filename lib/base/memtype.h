@@ -1,10 +1,9 @@
 /* What kind of memory a buffer is: host, or memory of the CUDA driver (device,
- * managed).  The library is built without CUDA support, so device memory must
- * be refused at the API boundary with a clear error rather than read as host
- * memory (a crash).  The driver is asked only when the process has it loaded
- * (libcuda.so.1, which the CUDA runtime loads, static or shared): a process that
- * never loaded it has no device memory, and the check then costs one load of a
- * flag. */
+ * managed).  Device buffers take another path (lib/core/device.c: staged on
+ * CUDA streams), so they must be told apart before anything reads them.  The
+ * driver is asked only when the process has it loaded (libcuda.so.1, which the
+ * CUDA runtime loads, static or shared): a process that never loaded it has no
+ * device memory, and the check then costs one load of a flag. */
 #ifndef COLL_MEMTYPE_H
 #define COLL_MEMTYPE_H
 

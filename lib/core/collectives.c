@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "algo.h"
+#include "device.h"
 #include "exec.h"
 #include "fiber.h"
 #include "flight.h"
@@ -19,6 +20,8 @@ struct call_check {
     const void *recvbuff;
     size_t send_elems;   /* elements read from sendbuff */
     size_t recv_elems;   /* elements written to recvbuff */
+    size_t send_blocks;  /* sendbuff holds this many send_elems blocks (0: one) */
+    size_t recv_blocks;  /* recvbuff holds this many recv_elems blocks (0: one) */
     bool recv_optional;  /* recvbuff may be NULL (reduce off the root) */
     bool send_optional;  /* sendbuff may be NULL (broadcast off the root) */
     collDataType_t datatype;
@@ -30,7 +33,7 @@ struct call_check {
 };
 
 static collResult_t call_check_args(struct coll_comm *comm, const struct call_check *c,
-                                    size_t count, size_t mult)
+                                    size_t count, size_t mult, bool *dev)
 {
     if (comm == NULL) {
         coll_set_error(NULL, "%s: comm is NULL", c->fn);
@@ -64,22 +67,33 @@ static collResult_t call_check_args(struct coll_comm *comm, const struct call_ch
         coll_set_error(comm, "%s: recvbuff is NULL with count %zu", c->fn, count);
         return collInvalidArgument;
     }
-    COLL_CHECK(coll_check_host_buffer(comm, c->fn, "sendbuff", c->sendbuff,
-                                      c->send_elems * esize));
-    COLL_CHECK(coll_check_host_buffer(comm, c->fn, "recvbuff", c->recvbuff,
-                                      c->recv_elems * esize));
-    COLL_CHECK(coll_stream_check(comm, c->fn, c->stream));
-    if (coll_group_active())
+    bool send_dev, recv_dev;
+    size_t send_bytes = c->send_elems * esize * (c->send_blocks ? c->send_blocks : 1);
+    size_t recv_bytes = c->recv_elems * esize * (c->recv_blocks ? c->recv_blocks : 1);
+    COLL_CHECK(coll_device_check_buffer(comm, c->fn, "sendbuff", c->sendbuff, send_bytes,
+                                        &send_dev));
+    COLL_CHECK(coll_device_check_buffer(comm, c->fn, "recvbuff", c->recvbuff, recv_bytes,
+                                        &recv_dev));
+    *dev = send_dev || recv_dev;
+    /* With device buffers the stream is a cudaStream_t. */
+    if (*dev)
+        COLL_CHECK(coll_device_check_stream(comm, c->fn, c->stream));
+    else
+        COLL_CHECK(coll_stream_check(comm, c->fn, c->stream));
+    if (coll_group_active()) {
         COLL_CHECK(coll_group_stream(comm, c->fn, c->stream));
+        if (*dev)
+            coll_group_device();
+    }
     return coll_comm_check_usable(comm, c->fn);
 }
 
 /* A call refused inside a group also fails the group, so collGroupEnd reports
  * it and issues none of the group's calls. */
 static collResult_t call_check(struct coll_comm *comm, const struct call_check *c, size_t count,
-                               size_t mult)
+                               size_t mult, bool *dev)
 {
-    collResult_t res = call_check_args(comm, c, count, mult);
+    collResult_t res = call_check_args(comm, c, count, mult, dev);
     if (res != collSuccess && coll_group_active())
         coll_group_fail(res);
     return res;
@@ -131,10 +145,20 @@ static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
  * With a stream it is queued there; without, it runs once the comm's queued
  * calls are done. */
 static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
-                             collStream_t stream)
+                             collStream_t stream, bool dev)
 {
     if (coll_group_active())
         return coll_group_queue_coll(comm, f, a, call_exec);
+    if (dev) {
+        struct coll_work w = {.ncolls = 1, .name = coll_func_name(f), .device = true};
+        if (coll_calloc(&w.colls, 1) != collSuccess) {
+            coll_set_error(comm, "%s: out of memory queueing the call on its stream",
+                           coll_func_name(f));
+            return collSystemError;
+        }
+        w.colls[0] = (struct coll_work_coll){comm, f, *a, call_exec};
+        return coll_work_issue(&w, stream);
+    }
     bool nonblocking = stream == NULL && !comm->blocking;
     if (nonblocking)
         stream = comm->nb_stream;
@@ -164,9 +188,10 @@ COLL_API collResult_t collAllReduce(const void *sendbuff, void *recvbuff, size_t
     struct call_check c = {.fn = "collAllReduce", .sendbuff = sendbuff, .recvbuff = recvbuff,
                            .send_elems = count, .recv_elems = count, .datatype = datatype,
                            .has_op = true, .op = (int)op, .stream = stream};
-    COLL_CHECK(call_check(comm, &c, count, 1));
+    bool dev = false;
+    COLL_CHECK(call_check(comm, &c, count, 1, &dev));
     struct coll_args a = {sendbuff, recvbuff, count, datatype, op, 0};
-    return call_run(comm, COLL_FUNC_ALLREDUCE, &a, stream);
+    return call_run(comm, COLL_FUNC_ALLREDUCE, &a, stream, dev);
 }
 
 COLL_API collResult_t collBroadcast(const void *sendbuff, void *recvbuff, size_t count,
@@ -177,9 +202,10 @@ COLL_API collResult_t collBroadcast(const void *sendbuff, void *recvbuff, size_t
     struct call_check c = {.fn = "collBroadcast", .sendbuff = sendbuff, .recvbuff = recvbuff,
                            .send_elems = count, .recv_elems = count, .send_optional = !is_root,
                            .datatype = datatype, .has_root = true, .root = root, .stream = stream};
-    COLL_CHECK(call_check(comm, &c, count, 1));
+    bool dev = false;
+    COLL_CHECK(call_check(comm, &c, count, 1, &dev));
     struct coll_args a = {sendbuff, recvbuff, count, datatype, collSum, root};
-    return call_run(comm, COLL_FUNC_BROADCAST, &a, stream);
+    return call_run(comm, COLL_FUNC_BROADCAST, &a, stream, dev);
 }
 
 COLL_API collResult_t collReduce(const void *sendbuff, void *recvbuff, size_t count,
@@ -189,10 +215,12 @@ COLL_API collResult_t collReduce(const void *sendbuff, void *recvbuff, size_t co
     bool is_root = comm != NULL && comm->rank == root;
     struct call_check c = {.fn = "collReduce", .sendbuff = sendbuff, .recvbuff = recvbuff,
                            .send_elems = count, .recv_elems = count, .recv_optional = !is_root,
-                           .datatype = datatype, .has_op = true, .op = (int)op, .has_root = true, .root = root, .stream = stream};
-    COLL_CHECK(call_check(comm, &c, count, 1));
+                           .datatype = datatype, .has_op = true, .op = (int)op,
+                           .has_root = true, .root = root, .stream = stream};
+    bool dev = false;
+    COLL_CHECK(call_check(comm, &c, count, 1, &dev));
     struct coll_args a = {sendbuff, recvbuff, count, datatype, op, root};
-    return call_run(comm, COLL_FUNC_REDUCE, &a, stream);
+    return call_run(comm, COLL_FUNC_REDUCE, &a, stream, dev);
 }
 
 COLL_API collResult_t collAllGather(const void *sendbuff, void *recvbuff, size_t sendcount,
@@ -201,11 +229,12 @@ COLL_API collResult_t collAllGather(const void *sendbuff, void *recvbuff, size_t
 {
     size_t n = comm ? (size_t)comm->nranks : 1;
     struct call_check c = {.fn = "collAllGather", .sendbuff = sendbuff, .recvbuff = recvbuff,
-                           .send_elems = sendcount, .recv_elems = sendcount,
+                           .send_elems = sendcount, .recv_elems = sendcount, .recv_blocks = n,
                            .datatype = datatype, .stream = stream};
-    COLL_CHECK(call_check(comm, &c, sendcount, n));
+    bool dev = false;
+    COLL_CHECK(call_check(comm, &c, sendcount, n, &dev));
     struct coll_args a = {sendbuff, recvbuff, sendcount, datatype, collSum, 0};
-    return call_run(comm, COLL_FUNC_ALLGATHER, &a, stream);
+    return call_run(comm, COLL_FUNC_ALLGATHER, &a, stream, dev);
 }
 
 COLL_API collResult_t collReduceScatter(const void *sendbuff, void *recvbuff, size_t recvcount,
@@ -215,9 +244,11 @@ COLL_API collResult_t collReduceScatter(const void *sendbuff, void *recvbuff, si
     size_t n = comm ? (size_t)comm->nranks : 1;
     struct call_check c = {.fn = "collReduceScatter", .sendbuff = sendbuff,
                            .recvbuff = recvbuff, .send_elems = recvcount,
-                           .recv_elems = recvcount, .datatype = datatype, .has_op = true,
+                           .recv_elems = recvcount, .send_blocks = n, .datatype = datatype,
+                           .has_op = true,
                            .op = (int)op, .stream = stream};
-    COLL_CHECK(call_check(comm, &c, recvcount, n));
+    bool dev = false;
+    COLL_CHECK(call_check(comm, &c, recvcount, n, &dev));
     struct coll_args a = {sendbuff, recvbuff, recvcount, datatype, op, 0};
-    return call_run(comm, COLL_FUNC_REDUCE_SCATTER, &a, stream);
+    return call_run(comm, COLL_FUNC_REDUCE_SCATTER, &a, stream, dev);
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "algo.h"
+#include "device.h"
 #include "engine.h"
 #include "exec.h"
 #include "flight.h"
@@ -136,6 +137,7 @@ static void comm_free(struct coll_comm *comm)
         return;
     comm_init_join(comm);
     coll_stream_comm_fini(comm);
+    coll_device_comm_fini(comm);
     if (comm->nb_stream != NULL)
         (void)collStreamDestroy(comm->nb_stream);
     pthread_mutex_destroy(&comm->init_lock);

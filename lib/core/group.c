@@ -26,6 +26,7 @@
  */
 #include <stdlib.h>
 
+#include "device.h"
 #include "p2p.h"
 #include "stream.h"
 
@@ -34,6 +35,7 @@ struct group_state {
     collResult_t error;  /* the first refused call of the open group */
     collStream_t stream; /* of the group's calls (all alike) */
     bool has_call;
+    bool device;         /* some call has device buffers: the stream is CUDA's */
     struct coll_p2p_op *ops;
     int nops, ops_cap;
     struct coll_work_coll *colls;
@@ -66,6 +68,11 @@ collResult_t coll_group_stream(struct coll_comm *comm, const char *fn, collStrea
                    "a group runs on one stream", fn, stream, group.stream);
     coll_group_fail(collInvalidUsage);
     return collInvalidUsage;
+}
+
+void coll_group_device(void)
+{
+    group.device = true;
 }
 
 /* Grows *arr (of elem bytes each) so one more fits. */
@@ -118,13 +125,14 @@ collResult_t coll_group_queue_coll(struct coll_comm *comm, enum coll_func f,
 static struct coll_work group_take(void)
 {
     struct coll_work w = {.ops = group.ops, .nops = group.nops, .colls = group.colls,
-                          .ncolls = group.ncolls, .name = "group"};
+                          .ncolls = group.ncolls, .name = "group", .device = group.device};
     group = (struct group_state){0};
     return w;
 }
 
 void coll_work_free(struct coll_work *w)
 {
+    coll_device_work_end(w, collInternalError); /* never ran: the CUDA stream goes on */
     free(w->ops);
     free(w->colls);
     w->ops = NULL;
@@ -134,14 +142,15 @@ void coll_work_free(struct coll_work *w)
 
 collResult_t coll_work_run(struct coll_work *w)
 {
-    collResult_t res = collSuccess;
-    if (w->nops > 0)
+    collResult_t res = coll_device_work_ready(w);
+    if (res == collSuccess && w->nops > 0)
         res = coll_p2p_run(w->ops, w->nops, w->name, &w->coll);
     for (int i = 0; i < w->ncolls && res == collSuccess; i++) {
         struct coll_work_coll *c = &w->colls[i];
         collResult_t poisoned = (collResult_t)atomic_load(&c->comm->async_error);
         res = poisoned != collSuccess ? poisoned : c->fn(c->comm, c->f, &c->a);
     }
+    coll_device_work_end(w, res);
     return res;
 }
 
@@ -162,6 +171,8 @@ collResult_t coll_work_issue(struct coll_work *w, collStream_t stream)
 {
     if (w->nops == 0 && w->ncolls == 0)
         return collSuccess;
+    if (w->device)
+        return coll_device_issue(w, stream);
     collResult_t res;
     /* A non-blocking communicator's calls without a stream queue on its own. */
     struct coll_comm *single = work_single_comm(w);

@@ -40,6 +40,7 @@
 #include "exec.h"
 #include "flight.h"
 #include "mismatch.h"
+#include "device.h"
 #include "p2p.h"
 #include "regcache.h"
 #include "stream.h"
@@ -450,11 +451,13 @@ out:
     return res;
 }
 
-/* The checks every call makes at the boundary, naming the bad argument.  peer < -1
- * means the call has no peer; mult is how many count-sized blocks a buffer holds. */
+/* The checks every call makes at the boundary on each buffer, naming the bad
+ * argument; *dev is set when the buffer is CUDA device memory.  peer < -1 means
+ * the call has no peer; the buffer holds `blocks` count-sized blocks, and mult
+ * of them must not overflow (the same on every rank of a rooted call). */
 static collResult_t p2p_check(struct coll_comm *comm, const char *fn, const char *bufname,
-                              const void *buf, size_t count, size_t mult,
-                              collDataType_t datatype, int peer, collStream_t stream)
+                              const void *buf, size_t count, size_t mult, size_t blocks,
+                              collDataType_t datatype, int peer, bool *dev)
 {
     if (comm == NULL) {
         coll_set_error(NULL, "%s: comm is NULL", fn);
@@ -469,8 +472,6 @@ static collResult_t p2p_check(struct coll_comm *comm, const char *fn, const char
                        collNumTypes);
         return collInvalidArgument;
     }
-    COLL_CHECK(coll_check_host_buffer(comm, fn, bufname, buf,
-                                      count * mult * coll_dtype_size(datatype)));
     if (peer >= -1 && (peer < 0 || peer >= comm->nranks)) {
         coll_set_error(comm, "%s: peer %d is out of range [0, %d)", fn, peer, comm->nranks);
         return collInvalidArgument;
@@ -481,9 +482,26 @@ static collResult_t p2p_check(struct coll_comm *comm, const char *fn, const char
                        "space", fn, count, esize, mult);
         return collInvalidArgument;
     }
-    COLL_CHECK(coll_stream_check(comm, fn, stream));
-    if (coll_group_active())
+    bool is_dev = false;
+    COLL_CHECK(coll_device_check_buffer(comm, fn, bufname, buf, count * blocks * esize, &is_dev));
+    *dev = *dev || is_dev;
+    return collSuccess;
+}
+
+/* The checks after the buffers': the stream (a cudaStream_t when some buffer is
+ * device memory), the group's, and the communicator's state. */
+static collResult_t p2p_check_stream(struct coll_comm *comm, const char *fn, collStream_t stream,
+                                     bool dev)
+{
+    if (dev)
+        COLL_CHECK(coll_device_check_stream(comm, fn, stream));
+    else
+        COLL_CHECK(coll_stream_check(comm, fn, stream));
+    if (coll_group_active()) {
         COLL_CHECK(coll_group_stream(comm, fn, stream));
+        if (dev)
+            coll_group_device();
+    }
     return coll_comm_check_usable(comm, fn);
 }
 
@@ -492,8 +510,11 @@ static collResult_t p2p_call(bool is_send, void *buf, size_t count, collDataType
                              int peer, struct coll_comm *comm, collStream_t stream)
 {
     const char *fn = is_send ? "collSend" : "collRecv";
-    collResult_t res = p2p_check(comm, fn, is_send ? "sendbuff" : "recvbuff", buf, count, 1,
-                                 datatype, peer, stream);
+    bool dev = false;
+    collResult_t res = p2p_check(comm, fn, is_send ? "sendbuff" : "recvbuff", buf, count, 1, 1,
+                                 datatype, peer, &dev);
+    if (res == collSuccess)
+        res = p2p_check_stream(comm, fn, stream, dev);
     if (res != collSuccess) {
         if (coll_group_active())
             coll_group_fail(res);
@@ -504,13 +525,13 @@ static collResult_t p2p_call(bool is_send, void *buf, size_t count, collDataType
                              .bytes = count * coll_dtype_size(datatype)};
     if (coll_group_active())
         return coll_group_queue_p2p(&op);
-    if (stream == NULL && comm->blocking) {
+    if (stream == NULL && comm->blocking && !dev) {
         coll_comm_enter(comm);
         res = coll_p2p_run(&op, 1, fn, NULL);
         coll_comm_leave(comm);
         return res;
     }
-    struct coll_work w = {.nops = 1, .name = fn};
+    struct coll_work w = {.nops = 1, .name = fn, .device = dev};
     if (coll_calloc(&w.ops, 1) != collSuccess) {
         coll_set_error(comm, "%s: out of memory queueing the call on its stream", fn);
         return collSystemError;
@@ -543,11 +564,14 @@ COLL_API collResult_t collAlltoAll(const void *sendbuff, void *recvbuff, size_t 
                                    collStream_t stream)
 {
     size_t n = comm ? (size_t)comm->nranks : 1;
-    collResult_t res = p2p_check(comm, "collAllToAll", "sendbuff", sendbuff, count, n, datatype,
-                                 -2, stream);
+    bool dev = false;
+    collResult_t res = p2p_check(comm, "collAllToAll", "sendbuff", sendbuff, count, n, n,
+                                 datatype, -2, &dev);
     if (res == collSuccess)
-        res = p2p_check(comm, "collAllToAll", "recvbuff", recvbuff, count, n, datatype, -2,
-                        stream);
+        res = p2p_check(comm, "collAllToAll", "recvbuff", recvbuff, count, n, n, datatype,
+                        -2, &dev);
+    if (res == collSuccess)
+        res = p2p_check_stream(comm, "collAllToAll", stream, dev);
     if (res != collSuccess) {
         if (coll_group_active())
             coll_group_fail(res);
@@ -585,7 +609,7 @@ COLL_API collResult_t collAlltoAll(const void *sendbuff, void *recvbuff, size_t 
         return res;
     }
     struct coll_work w = {
-        .ops = ops, .nops = (int)(2 * n), .name = "collAllToAll",
+        .ops = ops, .nops = (int)(2 * n), .name = "collAllToAll", .device = dev,
         .coll = {.set = true, .func = COLL_MISMATCH_ALLTOALL,
                  .a = {.count = count, .dtype = datatype, .root = -1}}};
     return coll_work_issue(&w, stream);
@@ -612,15 +636,18 @@ static collResult_t p2p_rooted(bool gather, const void *sendbuff, void *recvbuff
      * there only.  The overflow of n blocks is refused on every rank alike. */
     char *own = (char *)(uintptr_t)(gather ? sendbuff : recvbuff);
     char *all = (char *)(uintptr_t)(gather ? recvbuff : sendbuff);
-    collResult_t res = p2p_check(comm, fn, gather ? "sendbuff" : "recvbuff", own, count, n,
-                                 datatype, -2, stream);
+    bool dev = false;
+    collResult_t res = p2p_check(comm, fn, gather ? "sendbuff" : "recvbuff", own, count, n, 1,
+                                 datatype, -2, &dev);
     if (res == collSuccess && (root < 0 || root >= comm->nranks)) {
         coll_set_error(comm, "%s: root %d is out of range [0, %d)", fn, root, comm->nranks);
         res = collInvalidArgument;
     }
     if (res == collSuccess && comm->rank == root)
-        res = p2p_check(comm, fn, gather ? "recvbuff" : "sendbuff", all, count, n, datatype, -2,
-                        stream);
+        res = p2p_check(comm, fn, gather ? "recvbuff" : "sendbuff", all, count, n, n, datatype,
+                        -2, &dev);
+    if (res == collSuccess)
+        res = p2p_check_stream(comm, fn, stream, dev);
     if (res != collSuccess) {
         if (coll_group_active())
             coll_group_fail(res);
@@ -668,7 +695,7 @@ static collResult_t p2p_rooted(bool gather, const void *sendbuff, void *recvbuff
         return collSuccess;
     }
     struct coll_work w = {
-        .ops = ops, .nops = nops, .name = fn,
+        .ops = ops, .nops = nops, .name = fn, .device = dev,
         .coll = {.set = true, .func = gather ? COLL_MISMATCH_GATHER : COLL_MISMATCH_SCATTER,
                  .a = {.count = count, .dtype = datatype, .root = root}}};
     return coll_work_issue(&w, stream);

@@ -58,6 +58,9 @@ struct coll_work {
     int ncolls;
     const char *name;       /* for messages: "group", "collSend", ... */
     struct coll_p2p_coll coll; /* of the ops, when they are one collective */
+    bool device;            /* some buffer is CUDA device memory: the stream is a
+                             * cudaStream_t and coll_work_issue stages (device.c) */
+    struct coll_devcall *staged; /* the staging of a device work once issued */
 };
 
 /* Runs w; a failure drops the collectives not yet run and is returned. */
@@ -86,6 +89,9 @@ collResult_t coll_group_queue_p2p(const struct coll_p2p_op *op);
  * the group's stream; a call with another one is refused (collInvalidUsage,
  * described on comm) and fails the group. */
 collResult_t coll_group_stream(struct coll_comm *comm, const char *fn, collStream_t stream);
+/* Marks the open group as holding a call with device buffers: collGroupEnd
+ * stages it on the group's stream, a cudaStream_t (device.h). */
+void coll_group_device(void);
 /* Queues a collective (its arguments already checked) to run at collGroupEnd,
  * after the group's sends and receives, in the order issued. */
 collResult_t coll_group_queue_coll(struct coll_comm *comm, enum coll_func f,

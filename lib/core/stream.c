@@ -108,6 +108,11 @@ static struct coll_stream *stream_lookup(collStream_t s)
     return st;
 }
 
+bool coll_stream_is_live(collStream_t stream)
+{
+    return stream != NULL && stream_lookup(stream) != NULL;
+}
+
 collResult_t coll_stream_check(struct coll_comm *comm, const char *fn, collStream_t stream)
 {
     if (stream == NULL || stream_lookup(stream) != NULL)
@@ -363,7 +368,10 @@ static collResult_t async_start(struct coll_comm *comm)
 static void task_ranges(const struct coll_comm *comm, struct coll_task *t)
 {
     const struct coll_work *w = &t->work;
-    t->overlap = w->nops == 0 && w->ncolls == 1 && !comm->check_mismatch;
+    /* A staged device call (device.c) runs alone: it first waits for its CUDA
+     * stream, which does not yield to the other fibers, and the stream lets
+     * it start only after the call before it on that stream has ended anyway. */
+    t->overlap = w->nops == 0 && w->ncolls == 1 && !comm->check_mismatch && w->staged == NULL;
     if (!t->overlap)
         return;
     const struct coll_work_coll *c = &w->colls[0];

@@ -9,6 +9,9 @@
  * describes the refusal on comm, naming fn, and returns collInvalidArgument. */
 collResult_t coll_stream_check(struct coll_comm *comm, const char *fn, collStream_t stream);
 
+/* Whether stream is a live stream from collStreamCreate (NULL is not). */
+bool coll_stream_is_live(collStream_t stream);
+
 /* Queues w on comm's progress thread, to run after the earlier work of stream
  * (on any communicator) and of comm (on any stream).  w's arrays pass to the
  * stream, also on failure.  Fails when stream was destroyed meanwhile or the

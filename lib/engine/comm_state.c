@@ -5,7 +5,6 @@
 #include <stdlib.h>
 
 #include "internal.h"
-#include "memtype.h"
 
 /* The cause of the last failure that had no communicator (a failed init). */
 static _Thread_local char tls_last_error[COLL_ERRMSG_BYTES];
@@ -67,13 +66,3 @@ collResult_t coll_comm_scratch(struct coll_comm *comm, size_t bytes, void **p_p)
     return collSuccess;
 }
 
-collResult_t coll_check_host_buffer(struct coll_comm *comm, const char *fn, const char *name,
-                                    const void *p, size_t bytes)
-{
-    if (p == NULL || bytes == 0 || coll_memtype_of(p) != COLL_MEM_DEVICE)
-        return collSuccess;
-    coll_set_error(comm, "%s: %s (%p) is %s, and this library was built without CUDA support: "
-                   "pass host memory (or cudaMallocManaged memory)", fn, name, p,
-                   coll_memtype_name(COLL_MEM_DEVICE));
-    return collInvalidUsage;
-}

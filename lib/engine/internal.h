@@ -137,6 +137,7 @@ struct coll_comm {
      * use; freed before the transports. */
     struct coll_regcache *regcache;
 
+    struct coll_device *device;    /* staging of device buffers (device.c) */
     struct coll_async *async;      /* progress thread for calls on streams (stream.c) */
     atomic_int async_pending;      /* calls queued there and not yet done */
     /* Calls in flight at once on the progress thread, each in a fiber
@@ -183,11 +184,6 @@ struct coll_comm {
  * comm NULL, as the calling thread's (comm_state.c). */
 void coll_set_error(struct coll_comm *comm, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-/* A user buffer of `bytes` bytes that this library built without CUDA can use:
- * collInvalidUsage naming fn and name when it is CUDA device memory (managed
- * memory, which the CPU reaches, is accepted). */
-collResult_t coll_check_host_buffer(struct coll_comm *comm, const char *fn, const char *name,
-                                    const void *p, size_t bytes);
 /* The calling thread's last failure without a communicator, and setting it. */
 const char *coll_thread_error(void);
 void coll_set_thread_error(const char *msg);
