@@ -24,6 +24,7 @@
  * The types, the inputs, the expected results and that check live in verify.c.
  */
 #include "common.h"
+#include "device.h"
 #include "verify.h"
 
 #include <assert.h>
@@ -66,6 +67,7 @@ struct perf_opts {
     int timeout_s;
     int cputime;
     int local_register; /* -R 1: buffers from collMemAlloc */
+    int device;         /* -D 1: CUDA device buffers on a CUDA stream */
     int type; /* -1: all */
     int op;   /* -1: all */
     int root; /* -1: all */
@@ -108,6 +110,8 @@ static void perf_usage(FILE *out)
             "(default 1)\n"
             "  -R, --local_register 0/1  1: send and receive buffers from collMemAlloc\n"
             "                         (shared memory the peers map; default 0: ordinary memory)\n"
+            "  -D, --device 0/1       1: send and receive buffers in CUDA device memory, calls\n"
+            "                         on a CUDA stream (as nccl-tests; default 0: host memory)\n"
             "  -A, --algo ALGO        set COLL_ALGO=ALGO before the communicator is created\n"
             "  -J, --json FILE        also write the results as JSON to FILE (rank 0)\n"
             "  -h, --help             this text\n"
@@ -198,6 +202,7 @@ static int perf_parse(int argc, char **argv, struct perf_opts *o)
         {"report_cputime", required_argument, NULL, 'C'},
         {"average", required_argument, NULL, 'a'},
         {"local_register", required_argument, NULL, 'R'},
+        {"device", required_argument, NULL, 'D'},
         {"algo", required_argument, NULL, 'A'},
         {"json", required_argument, NULL, 'J'},
         {"help", no_argument, NULL, 'h'},
@@ -220,7 +225,7 @@ static int perf_parse(int argc, char **argv, struct perf_opts *o)
     opterr = 0; /* our own messages, which name the flag and exit 2 */
     optind = 1;
     for (;;) {
-        int c = getopt_long(argc, argv, ":t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:R:A:J:h", longopts,
+        int c = getopt_long(argc, argv, ":t:g:b:e:i:f:n:m:w:p:c:o:d:r:z:y:T:G:C:a:R:D:A:J:h", longopts,
                             NULL);
         if (c == -1)
             break;
@@ -345,6 +350,11 @@ static int perf_parse(int argc, char **argv, struct perf_opts *o)
                 return perf_usage_error("invalid value '%s' for -R (local_register): want 0 "
                                         "(ordinary memory) or 1 (collMemAlloc)", v);
             break;
+        case 'D':
+            if (!perf_parse_int(v, 0, 1, &o->device))
+                return perf_usage_error("invalid value '%s' for -D (device): want 0 (host "
+                                        "memory) or 1 (CUDA device memory)", v);
+            break;
         case 'A':
             if (*v == '\0')
                 return perf_usage_error("empty value for -A (algo)");
@@ -371,6 +381,9 @@ static int perf_parse(int argc, char **argv, struct perf_opts *o)
                                 o->max_bytes);
     if (o->step_factor <= 1 && o->step_bytes == 0 && o->min_bytes < o->max_bytes)
         return perf_usage_error("-i (stepbytes) 0 with -f 1 never reaches maxbytes");
+    if (o->device && o->local_register)
+        return perf_usage_error("-D 1 (device buffers) and -R 1 (collMemAlloc buffers) "
+                                "exclude each other");
     return -1;
 }
 
@@ -407,8 +420,11 @@ struct perf_rank {
     collComm_t comm;
     int rank;
     int nranks;
-    char *sendbuf;
+    char *sendbuf;  /* with -D 1, the host copies the data are made and checked in */
     char *recvbuf;
+    char *dsend;    /* -D 1: the device buffers the calls get */
+    char *drecv;
+    void *cu_stream; /* -D 1: the CUDA stream of the calls */
     char *expected;
     size_t buf_bytes;
     uint64_t rep;  /* seed of the next check, the same sequence on every rank */
@@ -613,7 +629,9 @@ static void perf_library_line(const struct perf_rank *pr, char *buf, size_t len)
              "algorithm %s%s", code / 10000, code / 100 % 100, code % 100,
              tp != NULL && *tp != '\0' ? tp : "auto", pr->rank, used,
              algo != NULL && *algo != '\0' ? algo : "auto",
-             run->opts.local_register ? ", buffers from collMemAlloc" : "");
+             run->opts.local_register ? ", buffers from collMemAlloc"
+             : run->opts.device       ? ", CUDA device buffers on a CUDA stream"
+                                      : "");
 }
 
 static void perf_print_header(struct perf_rank *pr, const struct perf_peer *peers)
@@ -630,7 +648,7 @@ static void perf_print_header(struct perf_rank *pr, const struct perf_peer *peer
            factor ? "factor" : "bytes", o->warmup, o->iters, o->check);
     if (o->blocking)
         printf("# Blocking Enabled: wait for completion and barrier after each collective \n");
-    if (!o->stream_null)
+    if (!o->stream_null && !o->device)
         printf("# Stream: calls issued on a collStream_t, synchronized once per timed loop\n");
     printf("# %s\n", lib);
     printf("#\n# Using devices\n");
@@ -766,10 +784,43 @@ static void perf_note_algo(struct perf_run *run, const char *algo, size_t size)
  * already done.  Then notes the algorithm of the last one. */
 static int perf_sync(struct perf_rank *pr)
 {
+    if (pr->cu_stream != NULL && perf_dev_sync(pr->cu_stream) != 0) {
+        fprintf(stderr, "%s: rank %d: cuStreamSynchronize failed\n", perf_tool, pr->rank);
+        pr->poisoned = true;
+        return -1;
+    }
     if (pr->stream != NULL)
         PERF_TRY(pr, "collStreamSynchronize", collStreamSynchronize(pr->stream));
     pr->algo = coll_comm_last_algo(pr->comm);
     return 0;
+}
+
+/* With -D 1, the device address of host copy p (in sendbuf or recvbuf). */
+static void *perf_dev_ptr(const struct perf_rank *pr, void *p)
+{
+    char *c = p;
+    if (pr->dsend == NULL || c == NULL)
+        return p;
+    if (c >= pr->sendbuf && c <= pr->sendbuf + pr->buf_bytes)
+        return pr->dsend + (c - pr->sendbuf);
+    return pr->drecv + (c - pr->recvbuf);
+}
+
+/* With -D 1, copies the host copies of both buffers to the device (to_dev) or
+ * the receive buffer back. */
+static int perf_dev_copy(struct perf_rank *pr, bool to_dev)
+{
+    if (pr->dsend == NULL)
+        return 0;
+    int r = to_dev ? perf_dev_to_dev(pr->dsend, pr->sendbuf, pr->buf_bytes) |
+                         perf_dev_to_dev(pr->drecv, pr->recvbuf, pr->buf_bytes)
+                   : perf_dev_to_host(pr->recvbuf, pr->drecv, pr->buf_bytes);
+    if (r != 0) {
+        fprintf(stderr, "%s: rank %d: copying the buffers %s the device failed\n", perf_tool,
+                pr->rank, to_dev ? "to" : "from");
+        pr->poisoned = true;
+    }
+    return r;
 }
 
 /* One call.  As nccl-tests does, successive iterations move through the whole
@@ -783,14 +834,15 @@ static int perf_start(struct perf_rank *pr, struct perf_case *c, bool in_place, 
     size_t steps = total != 0 ? pr->buf_bytes / total : 1;
     perf_place(pr, c, in_place, total * ((size_t)iter % steps));
     PERF_TRY(pr, coll->name,
-             coll->run(c->sendp, c->recvp, c->lay.param_count, c->type, c->op, c->root, pr->comm,
-                       pr->stream));
+             coll->run(perf_dev_ptr(pr, c->sendp), perf_dev_ptr(pr, c->recvp),
+                       c->lay.param_count, c->type, c->op, c->root, pr->comm,
+                       pr->cu_stream != NULL ? pr->cu_stream : pr->stream));
     if (pr->run->opts.blocking)
         return perf_sync(pr) != 0 ? -1 : perf_barrier(pr);
     return 0;
 }
 
-static void perf_prepare(struct perf_rank *pr, struct perf_case *c, bool in_place, uint64_t seed)
+static int perf_prepare(struct perf_rank *pr, struct perf_case *c, bool in_place, uint64_t seed)
 {
     perf_place(pr, c, in_place, 0);
     c->seed = seed;
@@ -798,6 +850,7 @@ static void perf_prepare(struct perf_rank *pr, struct perf_case *c, bool in_plac
     c->check_count = c->lay.recv_count;
     memset(c->recvp, 0, c->lay.recv_count * perf_type_size(c->type));
     pr->run->coll->init_data(c);
+    return perf_dev_copy(pr, true);
 }
 
 /* Times one size in one placement, then checks it: nccl-tests' BenchTime. */
@@ -806,8 +859,8 @@ static int perf_bench(struct perf_rank *pr, struct perf_case *c, bool in_place,
 {
     const struct perf_opts *o = &pr->run->opts;
     size_t elt = perf_type_size(c->type);
-    if (o->check)
-        perf_prepare(pr, c, in_place, ++pr->rep);
+    if (o->check && perf_prepare(pr, c, in_place, ++pr->rep) != 0)
+        return -1;
     if (perf_start(pr, c, in_place, 0) != 0 || perf_sync(pr) != 0 || perf_barrier(pr) != 0)
         return -1;
 
@@ -829,8 +882,9 @@ static int perf_bench(struct perf_rank *pr, struct perf_case *c, bool in_place,
 
     res->wrong = 0;
     for (int k = 0; k < o->check; k++) {
-        perf_prepare(pr, c, in_place, ++pr->rep);
-        if (perf_start(pr, c, in_place, 0) != 0 || perf_sync(pr) != 0)
+        if (perf_prepare(pr, c, in_place, ++pr->rep) != 0 ||
+            perf_start(pr, c, in_place, 0) != 0 || perf_sync(pr) != 0 ||
+            perf_dev_copy(pr, false) != 0)
             return -1;
         res->wrong = perf_check(c, pr->run->coll, perf_tool);
         PERF_TRY(pr, "wrong count reduction (allreduce)",
@@ -988,6 +1042,17 @@ static int perf_rank_work(struct perf_rank *pr)
     pr->sendbuf = perf_alloc(pr->buf_bytes, run->opts.local_register);
     pr->recvbuf = perf_alloc(pr->buf_bytes, run->opts.local_register);
     pr->expected = perf_alloc(pr->buf_bytes, false);
+    if (run->opts.device) {
+        pr->dsend = perf_dev_alloc(pr->buf_bytes);
+        pr->drecv = perf_dev_alloc(pr->buf_bytes);
+        pr->cu_stream = perf_dev_stream();
+        if (pr->dsend == NULL || pr->drecv == NULL || pr->cu_stream == NULL ||
+            perf_dev_copy(pr, true) != 0) {
+            fprintf(stderr, "%s: rank %d: cannot set up 2 device buffers of %zu bytes and a "
+                    "CUDA stream\n", perf_tool, pr->rank, pr->buf_bytes);
+            failed = 1;
+        }
+    }
     if (pr->sendbuf == NULL || pr->recvbuf == NULL || pr->expected == NULL) {
         fprintf(stderr, "%s: rank %d: cannot allocate 3 buffers of %zu bytes\n", perf_tool,
                 pr->rank, pr->buf_bytes);
@@ -1034,6 +1099,10 @@ static int perf_rank_work(struct perf_rank *pr)
 static int perf_rank_main(struct perf_rank *pr)
 {
     struct perf_run *run = pr->run;
+    if (run->opts.device && perf_dev_bind() != 0) {
+        fprintf(stderr, "%s: cannot make the CUDA context current\n", perf_tool);
+        return PERF_EXIT_FAIL;
+    }
     const char *what = run->threads ? "collCommInitRank" : "collCommInitFromEnv";
     perf_busy(pr, what);
     collResult_t res = run->threads
@@ -1047,7 +1116,8 @@ static int perf_rank_main(struct perf_rank *pr)
     }
 
     int status = PERF_EXIT_FAIL;
-    res = run->opts.stream_null ? collSuccess : collStreamCreate(&pr->stream);
+    /* Device buffers take the CUDA stream (-y does not apply). */
+    res = run->opts.stream_null || run->opts.device ? collSuccess : collStreamCreate(&pr->stream);
     if (res != collSuccess)
         fprintf(stderr, "%s: collStreamCreate failed: %s\n", perf_tool, collGetLastError(NULL));
     else
@@ -1069,6 +1139,9 @@ static int perf_rank_main(struct perf_rank *pr)
             status = PERF_EXIT_FAIL;
         }
     }
+    perf_dev_stream_free(pr->cu_stream);
+    perf_dev_free(pr->dsend);
+    perf_dev_free(pr->drecv);
     if (pr->run->opts.local_register) {
         collMemFree(pr->sendbuf);
         collMemFree(pr->recvbuf);
@@ -1131,6 +1204,12 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll)
     const struct perf_opts *o = &run->opts;
     if (o->algo != NULL)
         setenv("COLL_ALGO", o->algo, 1);
+    char err[256];
+    if (o->device && perf_dev_open(err, sizeof err) != 0) {
+        fprintf(stderr, "%s: %s\n", perf_tool, err);
+        free(run);
+        return PERF_EXIT_FAIL;
+    }
 
     if (o->nthreads > 0) {
         const char *var = perf_launcher_size();

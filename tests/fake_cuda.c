@@ -417,6 +417,78 @@ API int cuStreamWaitValue32_v2(void *h, uint64_t addr, uint32_t value, unsigned 
     return CUDA_SUCCESS;
 }
 
+/* What the perf tools' -D 1 (perf/device.c) calls. */
+API int cuInit(unsigned int flags);
+API int cuDeviceGet(int *dev, int ordinal);
+API int cuDevicePrimaryCtxRetain(void **ctx, int dev);
+API int cuMemAlloc_v2(uint64_t *p, size_t bytes);
+API int cuMemFree_v2(uint64_t p);
+API int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t bytes);
+API int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t bytes);
+API int cuStreamCreate(void **s, unsigned int flags);
+API int cuStreamSynchronize(void *s);
+API int cuStreamDestroy_v2(void *s);
+
+API int cuInit(unsigned int flags)
+{
+    return CUDA_SUCCESS;
+}
+API int cuDeviceGet(int *dev, int ordinal)
+{
+    *dev = ordinal;
+    return ordinal == 0 ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
+}
+API int cuDevicePrimaryCtxRetain(void **ctx, int dev)
+{
+    *ctx = FAKE_CTX;
+    return CUDA_SUCCESS;
+}
+API int cuMemAlloc_v2(uint64_t *p, size_t bytes)
+{
+    NEED_CTX();
+    void *d = fake_cuda_malloc(bytes);
+    *p = (uint64_t)(uintptr_t)d;
+    return d ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+API int cuMemFree_v2(uint64_t p)
+{
+    NEED_CTX();
+    return alloc_find((uintptr_t)p) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; /* kept mapped */
+}
+/* Synchronous, and after what the default stream holds, as the driver's. */
+API int cuMemcpyHtoD_v2(uint64_t dst, const void *src, size_t bytes)
+{
+    NEED_CTX();
+    fake_cuda_stream_sync(NULL);
+    memcpy(host_addr(dst), src, bytes);
+    return CUDA_SUCCESS;
+}
+API int cuMemcpyDtoH_v2(void *dst, uint64_t src, size_t bytes)
+{
+    NEED_CTX();
+    fake_cuda_stream_sync(NULL);
+    memcpy(dst, host_addr(src), bytes);
+    return CUDA_SUCCESS;
+}
+API int cuStreamCreate(void **s, unsigned int flags)
+{
+    NEED_CTX();
+    *s = fake_cuda_stream_create();
+    return CUDA_SUCCESS;
+}
+API int cuStreamSynchronize(void *s)
+{
+    NEED_CTX();
+    fake_cuda_stream_sync(s);
+    return CUDA_SUCCESS;
+}
+API int cuStreamDestroy_v2(void *s)
+{
+    NEED_CTX();
+    fake_cuda_stream_sync(s); /* the thread stays: streams are few in a test */
+    return CUDA_SUCCESS;
+}
+
 API int cuGetErrorString(int r, const char **s)
 {
     *s = r == CUDA_ERROR_INVALID_CONTEXT ? "invalid device context (fake driver)"

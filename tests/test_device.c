@@ -178,6 +178,9 @@ static void every_call(struct launch_rank *lr, void *s)
     h = dev_read(s, out, c);
     LR_CHECK(lr, count_bad(h, c, want_sum, &w) == 0, "allreduce");
     free(h);
+    /* No elements: nothing to stage, the stream is still CUDA's. */
+    MUST(lr, collAllReduce(in, out, 0, collInt32, collSum, comm, s), comm);
+    MUST(lr, collAllGather(in, out, 0, collInt32, comm, s), comm);
 
     int32_t *b = dev_ints(s, c, r * 1000);
     MUST(lr, collBroadcast(b, b, c, collInt32, n - 1, comm, s), comm);

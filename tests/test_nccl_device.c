@@ -150,6 +150,12 @@ int main(void)
     expect("ncclAllReduce on host buffers", h, COUNT, want_sum, rank, n);
 
     OK(ncclCommDestroy(comm));
+    free(in);
+    free(sum);
+    free(bc);
+    free(left);
+    free(all);
+    free(h);
     printf("test_nccl_device: rank %d of %d, %d failure(s)\n", rank, n, failures);
     return failures ? 1 : 0;
 }

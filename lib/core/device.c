@@ -64,7 +64,8 @@ collResult_t coll_device_check_buffer(struct coll_comm *comm, const char *fn, co
                                       const void *p, size_t bytes, bool *is_dev)
 {
     *is_dev = false;
-    if (p == NULL || bytes == 0 || coll_memtype_of(p) != COLL_MEM_DEVICE)
+    /* A device pointer with no bytes still says the stream is CUDA's. */
+    if (p == NULL || coll_memtype_of(p) != COLL_MEM_DEVICE)
         return collSuccess;
     const char *missing = NULL;
     const struct coll_cuda_driver *d = coll_cuda_driver(&missing);
@@ -76,7 +77,8 @@ collResult_t coll_device_check_buffer(struct coll_comm *comm, const char *fn, co
     }
     cu_deviceptr start = 0;
     size_t size = 0;
-    if (d->pointer_get_attribute(&start, COLL_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+    if (bytes > 0 &&
+        d->pointer_get_attribute(&start, COLL_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
                                  (cu_deviceptr)(uintptr_t)p) == COLL_CU_SUCCESS &&
         d->pointer_get_attribute(&size, COLL_CU_POINTER_ATTRIBUTE_RANGE_SIZE,
                                  (cu_deviceptr)(uintptr_t)p) == COLL_CU_SUCCESS &&
@@ -374,7 +376,9 @@ collResult_t coll_device_issue(struct coll_work *w, void *cuda_stream)
     int n = work_regions(w, r);
     size_t total = 0;
     int m = work_intervals(r, n, iv, &total);
-    if (d == NULL || m == 0) { /* freed or unloaded since the check */
+    if (m == 0) /* no bytes to stage: it runs as a call on a stream, in comm's order */
+        goto out;
+    if (d == NULL) { /* unloaded since the check */
         coll_set_error(comm, "%s: the device buffers are no longer known to a CUDA driver", fn);
         res = collInvalidUsage;
         goto out;
@@ -427,6 +431,8 @@ out:
         d->ctx_set_current(saved);
     free(r);
     free(iv);
+    if (res == collSuccess && dev == NULL && (dev = device_of(comm, fn)) == NULL)
+        res = collSystemError;
     if (res != collSuccess) {
         coll_work_free(w);
         return res;

@@ -3,7 +3,8 @@
 #   tests/gpu/run.sh
 #       compiles tests/gpu/probe.cu and runs it (facts about the CUDA stack, and checks of
 #       what the library's CUDA support relies on), then the library's gpu test suite if
-#       build-gpu configures with -Dcuda=enabled and has one;
+#       build-gpu configures with -Dcuda=enabled and has one, then allreduce_perf -D 1
+#       (device buffers) with 2 and 4 processes on the GPU;
 #   tests/gpu/run.sh --build-only [FILE]
 #       only compiles the probe, to FILE (default tests/gpu/probe.bin), no GPU needed: for a
 #       GPU machine without the CUDA toolkit, where run.sh falls back to that file.
@@ -156,7 +157,27 @@ gpu_suite() {
     return $rc
 }
 
+# ---- the benchmark: allreduce on device buffers, 2 and 4 processes on the one GPU ----
+# Beside the probe's device-to-device copy bandwidth (PROBE lines above), the ceiling.
+gpu_bench() {
+    local perf=build-gpu/perf/allreduce_perf collrun=build-gpu/tools/collrun n
+    if [ ! -x "$perf" ] || [ ! -x "$collrun" ]; then
+        say "benchmark: skipped: $perf or $collrun was not built"
+        return 0
+    fi
+    for n in 2 4; do
+        say "+ $collrun -n $n $perf -D 1 -b 1M -e 256M -f 4 -n 5 -w 2 -c 1"
+        if ! logged timeout "${GPU_BENCH_TIMEOUT:-150}" "$collrun" -n "$n" --timeout 140 \
+            "$perf" -D 1 -b 1M -e 256M -f 4 -n 5 -w 2 -c 1; then
+            say "benchmark: allreduce_perf -D 1 with $n processes failed"
+            return 1
+        fi
+    done
+}
+
 if ! gpu_suite; then
+    status=1
+elif ! gpu_bench; then
     status=1
 fi
 say "exit $status (log: $log)"
