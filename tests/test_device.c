@@ -24,8 +24,13 @@
  *      the timeout, collCommGetAsyncError reports the failure and the last
  *      error names rank 1, and the communicator is destroyed.
  *
+ *   9. (--abort, as 2 processes) both ranks' streams are held behind a gate
+ *      with a device allreduce queued after it; rank 0 aborts its communicator:
+ *      the abort returns at once, and once the gates open both streams
+ *      complete (rank 1's call fails on hearing of the abort), neither hangs.
+ *
  *   collrun -n 3 test_device      test_device --threads 4
- *   collrun -n 2 test_device --kill
+ *   collrun -n 2 test_device --kill     collrun -n 2 test_device --abort
  * Exits 77 when the backend has no device (a real build without a GPU).
  */
 #include <stdatomic.h>
@@ -406,6 +411,58 @@ static int kill_main(void)
     return bad ? 1 : 0;
 }
 
+/* 9. */
+static int abort_main(void)
+{
+    const char *rs = getenv("COLL_RANK");
+    collComm_t comm;
+    if (rs == NULL || collCommInitFromEnv(&comm) != collSuccess) {
+        fprintf(stderr, "--abort: run as 2 processes under collrun\n");
+        return 2;
+    }
+    int rank = atoi(rs), bad = 0;
+    void *s = tdev_stream_create();
+    const size_t c = 1 << 14;
+    int32_t *d = tdev_malloc(c * 4);
+    atomic_int open = 0;
+    tdev_gate(s, &open);
+    if (collAllReduce(d, d, c, collInt32, collSum, comm, s) != collSuccess) {
+        fprintf(stderr, "FAIL: rank %d: the device allreduce was refused\n", rank);
+        return 1;
+    }
+    double t0 = launch_now();
+    if (rank == 0) {
+        usleep(300000);
+        collCommAbort(comm);
+        double took = launch_now() - t0 - 0.3;
+        if (took > 2.0) {
+            fprintf(stderr, "FAIL: collCommAbort took %.1f s with a call waiting on its "
+                    "stream\n", took);
+            bad++;
+        }
+    } else {
+        usleep(1000000);
+    }
+    atomic_store(&open, 1);
+    tdev_stream_sync(s);
+    double took = launch_now() - t0;
+    if (took > 15.0) {
+        fprintf(stderr, "FAIL: rank %d: the stream completed %.1f s after the gate opened\n",
+                rank, took);
+        bad++;
+    }
+    if (rank == 1) {
+        collResult_t async = collSuccess;
+        if (collCommGetAsyncError(comm, &async) != collSuccess || async == collSuccess) {
+            fprintf(stderr, "FAIL: rank 1: no asynchronous error after rank 0 aborted\n");
+            bad++;
+        }
+        printf("rank 1: %s\n", collGetLastError(comm));
+        collCommDestroy(comm);
+    }
+    return bad ? 1 : 0;
+}
+
 int main(int argc, char **argv)
 {
     int res = tdev_init();
@@ -413,6 +470,8 @@ int main(int argc, char **argv)
         return res;
     if (argc == 2 && strcmp(argv[1], "--kill") == 0)
         return kill_main();
+    if (argc == 2 && strcmp(argv[1], "--abort") == 0)
+        return abort_main();
     res = launch_main(argc, argv, body, NULL);
     long live = tdev_pinned_live();
     if (live > 0) {

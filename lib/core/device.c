@@ -449,14 +449,16 @@ collResult_t coll_device_work_ready(struct coll_work *w)
     const struct coll_cuda_driver *d = coll_cuda_driver(NULL);
     cu_result r = d->ctx_set_current(c->ctx);
     /* The stream may be busy with the caller's kernels for long: no deadline,
-     * but an abort ends the wait.  Spin a little, then sleep up to 200 us. */
+     * but an abort ends the wait.  Spin a little, then sleep up to 50 us (the
+     * most this adds to a call whose stream arrives late). */
     long sleep_ns = 1000;
     for (int spins = 0; r == 0 && (r = d->event_query(c->ready)) == COLL_CU_ERROR_NOT_READY;
          spins++) {
         r = 0;
         if (atomic_load(&c->comm->aborting)) {
-            coll_set_error(c->comm, "%s: aborted while waiting for the CUDA stream", w->name);
-            return collInvalidUsage;
+            coll_set_error(c->comm, "%s: communicator aborted while the call waited for "
+                           "its CUDA stream", w->name);
+            return collRemoteError; /* as every call cut short by an abort */
         }
         if (spins < 64) {
             sched_yield();
@@ -464,7 +466,7 @@ collResult_t coll_device_work_ready(struct coll_work *w)
         }
         struct timespec ts = {0, sleep_ns};
         nanosleep(&ts, NULL);
-        if (sleep_ns < 200000)
+        if (sleep_ns < 50000)
             sleep_ns *= 2;
     }
     if (r != 0)
