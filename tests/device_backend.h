@@ -19,7 +19,9 @@ void tdev_to_dev(void *s, void *dev, const void *host, size_t bytes);
 void tdev_to_host(void *s, void *host, const void *dev, size_t bytes);
 /* Enqueue on s a wait until *open is set (by the host) or 20 s have passed. */
 void tdev_gate(void *s, atomic_int *open);
-/* Pinned staging blocks still allocated by the library, or -1 when unknown. */
+/* Pinned staging blocks still allocated by the library, and their bytes, or -1
+ * when unknown. */
 long tdev_pinned_live(void);
+long tdev_pinned_bytes(void);
 
 #endif

@@ -8,6 +8,7 @@
 void *fake_cuda_malloc(size_t bytes);
 void *fake_cuda_host_view(const void *dev);
 long fake_cuda_pinned_live(void);
+size_t fake_cuda_pinned_bytes(void);
 void *fake_cuda_stream_create(void);
 void fake_cuda_stream_sync(void *s);
 void fake_cuda_launch(void *s, void (*fn)(void *), void *arg);
@@ -78,4 +79,9 @@ void tdev_gate(void *s, atomic_int *open)
 long tdev_pinned_live(void)
 {
     return fake_cuda_pinned_live();
+}
+
+long tdev_pinned_bytes(void)
+{
+    return (long)fake_cuda_pinned_bytes();
 }

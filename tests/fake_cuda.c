@@ -61,6 +61,13 @@ static struct alloc {
 static int nallocs;
 static pthread_mutex_t allocs_lock = PTHREAD_MUTEX_INITIALIZER;
 static _Atomic long pinned_live; /* cuMemHostAlloc'ed blocks not yet freed */
+/* Their sizes, for fake_cuda_pinned_bytes. */
+#define MAX_PINNED 4096
+static struct {
+    void *p;
+    size_t bytes;
+} pinned[MAX_PINNED];
+static pthread_mutex_t pinned_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static const struct alloc *alloc_find(uintptr_t p)
 {
@@ -126,6 +133,7 @@ API int cuPointerGetAttribute(void *data, int attribute, uint64_t ptr)
 API void *fake_cuda_malloc(size_t bytes);
 API void *fake_cuda_host_view(const void *dev);
 API long fake_cuda_pinned_live(void);
+API size_t fake_cuda_pinned_bytes(void);
 API void *fake_cuda_stream_create(void);
 API void fake_cuda_stream_sync(void *s);
 API void fake_cuda_launch(void *s, void (*fn)(void *), void *arg);
@@ -169,6 +177,16 @@ API long fake_cuda_pinned_live(void)
     return pinned_live;
 }
 
+API size_t fake_cuda_pinned_bytes(void)
+{
+    size_t sum = 0;
+    pthread_mutex_lock(&pinned_lock);
+    for (int i = 0; i < MAX_PINNED; i++)
+        sum += pinned[i].bytes;
+    pthread_mutex_unlock(&pinned_lock);
+    return sum;
+}
+
 static _Thread_local void *current_ctx;
 
 API int cuCtxGetCurrent(void **ctx);
@@ -200,11 +218,27 @@ API int cuMemHostAlloc(void **p, size_t bytes, unsigned int flags)
     if (posix_memalign(p, 4096, bytes ? bytes : 1) != 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     pinned_live++;
+    pthread_mutex_lock(&pinned_lock);
+    for (int i = 0; i < MAX_PINNED; i++)
+        if (pinned[i].p == NULL) {
+            pinned[i].p = *p;
+            pinned[i].bytes = bytes;
+            break;
+        }
+    pthread_mutex_unlock(&pinned_lock);
     return CUDA_SUCCESS;
 }
 API int cuMemFreeHost(void *p)
 {
     NEED_CTX();
+    pthread_mutex_lock(&pinned_lock);
+    for (int i = 0; i < MAX_PINNED; i++)
+        if (pinned[i].p == p) {
+            pinned[i].p = NULL;
+            pinned[i].bytes = 0;
+            break;
+        }
+    pthread_mutex_unlock(&pinned_lock);
     free(p);
     pinned_live--;
     return CUDA_SUCCESS;

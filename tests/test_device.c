@@ -18,7 +18,8 @@
  *   6. refusals: a collStream_t with device buffers, a buffer that runs past
  *      its allocation;
  *   7. after the communicators are destroyed, no pinned staging is left (the
- *      stand-in driver counts it);
+ *      stand-in driver counts it); with COLL_DEVICE_STAGE_KEEP=0, staging of
+ *      calls done is freed when a larger call needs more (as processes);
  *   8. (--kill, as 2 processes) rank 1 dies after init while rank 0 has device
  *      allreduces in flight on its stream: the stream still completes within
  *      the timeout, collCommGetAsyncError reports the failure and the last
@@ -357,6 +358,29 @@ static void refusals(struct launch_rank *lr, void *s)
     tdev_stream_sync(s);
 }
 
+/* 7, with COLL_DEVICE_STAGE_KEEP=0 and one rank per process: 8 calls in flight
+ * at once hold 36 MiB of staging; a 16 MiB call after them frees it. */
+static void stage_keep(struct launch_rank *lr, void *s)
+{
+    const char *keep = getenv("COLL_DEVICE_STAGE_KEEP");
+    if (lr->threads || keep == NULL || strcmp(keep, "0") != 0 || tdev_pinned_bytes() < 0)
+        return;
+    collComm_t comm = lr->comm;
+    const size_t mib = 1 << 20;
+    char *d = tdev_malloc(16 * mib);
+    for (int k = 1; k <= 8; k++)
+        MUST(lr, collAllReduce(d, d + mib, (size_t)k * mib / 4, collFloat, collSum, comm, s),
+             comm);
+    tdev_stream_sync(s);
+    long held = tdev_pinned_bytes();
+    MUST(lr, collAllReduce(d, d, 16 * mib / 4, collFloat, collSum, comm, s), comm);
+    tdev_stream_sync(s);
+    long after = tdev_pinned_bytes();
+    LR_CHECK(lr, held >= (long)(36 * mib) && after <= (long)(17 * mib),
+             "staging: %ld bytes pinned after 8 calls in flight, %ld after a 16 MiB one (want "
+             "at most 17 MiB with COLL_DEVICE_STAGE_KEEP=0)", held, after);
+}
+
 static void body(struct launch_rank *lr)
 {
     void *s = tdev_stream_create();
@@ -366,6 +390,7 @@ static void body(struct launch_rank *lr)
     chain_and_default(lr, s);
     mixed(lr, s);
     refusals(lr, s);
+    stage_keep(lr, s);
 }
 
 /* 8. */

@@ -112,6 +112,9 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
                                    "collectives of one communicator queued on streams that may "
                                    "run at once when their buffers are apart (1-8; 1: one after "
                                    "another)"},
+    [COLL_PARAM_DEVICE_STAGE_KEEP] = {"COLL_DEVICE_STAGE_KEEP", COLL_PARAM_TYPE_SIZE, "256M",
+                                      "bytes of pinned staging for device buffers that a "
+                                      "communicator keeps between calls (docs/device.md)"},
     [COLL_PARAM_TOPO_DUMP_FILE] = {"COLL_TOPO_DUMP_FILE", COLL_PARAM_TYPE_STR, NULL,
                                    "write each rank's topology and transports as JSON there at "
                                    "the end of init (%r rank, %h host, %p pid, %% a %)"},

@@ -31,6 +31,7 @@
 
 #include "cuda_driver.h"
 #include "memtype.h"
+#include "param.h"
 #include "reduce.h"
 #include "stream.h"
 
@@ -55,6 +56,9 @@ struct coll_device {
     pthread_mutex_t lock;        /* the records */
     struct coll_devcall *calls;
     collStream_t stream;         /* orders the staged calls on the progress thread */
+    size_t keep;                 /* COLL_DEVICE_STAGE_KEEP: pinned staging that idle
+                                  * records keep when more is needed, so that one large
+                                  * call does not pin its size for good */
     int leaked;                  /* records given up (a failed enqueue, an abort) */
 };
 
@@ -224,6 +228,8 @@ static struct coll_device *device_of(struct coll_comm *comm, const char *fn)
     struct coll_device *dev = comm->device;
     if (dev == NULL && coll_calloc(&dev, 1) == collSuccess) {
         pthread_mutex_init(&dev->lock, NULL);
+        int64_t keep = coll_param_int(COLL_PARAM_DEVICE_STAGE_KEEP);
+        dev->keep = keep > 0 ? (size_t)keep : 0;
         if (collStreamCreate(&dev->stream) == collSuccess) {
             comm->device = dev;
         } else {
@@ -273,6 +279,20 @@ static collResult_t devcall_get(struct coll_comm *comm, struct coll_device *dev,
         c = idle;
     if (c != NULL)
         c->busy = true;
+    /* About to pin more: the other idle records keep dev->keep bytes at most. */
+    size_t kept = 0;
+    for (struct coll_devcall *x = c != NULL && c->stage_bytes >= bytes ? NULL : dev->calls;
+         x != NULL; x = x->next) {
+        if (x == c || x->busy || x->stage == NULL || d->event_query(x->done) != COLL_CU_SUCCESS)
+            continue;
+        if (kept + x->stage_bytes <= dev->keep) {
+            kept += x->stage_bytes;
+            continue;
+        }
+        d->mem_free_host(x->stage);
+        x->stage = NULL;
+        x->stage_bytes = 0;
+    }
     pthread_mutex_unlock(&dev->lock);
 
     cu_result r;

@@ -76,3 +76,8 @@ long tdev_pinned_live(void)
 {
     return -1;
 }
+
+long tdev_pinned_bytes(void)
+{
+    return -1;
+}
