@@ -325,7 +325,8 @@ COLL_API const char *collGetLastError(collComm_t comm);
  * order; a failure poisons the communicator (collCommGetAsyncError).  Refused:
  * a collStream_t with device buffers, a buffer that runs past its CUDA
  * allocation, a group with device buffers over several communicators, and a
- * CUDA driver older than 12.0 (collUnhandledCudaError).  Ranks that are threads
+ * CUDA driver without a call the staging needs (collUnhandledCudaError naming
+ * it; the newest is cuStreamWaitValue32_v2, CUDA 11.7).  Ranks that are threads
  * of one process need a stream each: one rank's call holds its stream until
  * the others join.
  * Thread safety: any thread; a stream must not be destroyed while another

@@ -7,7 +7,7 @@
  * coll* calls of collective.h.  Differences from NCCL, all of them extensions or
  * refusals with a message (ncclGetLastError):
  *   - device buffers are ordered on their cudaStream_t as in NCCL, staged
- *     through pinned host memory (they need a CUDA 12 driver);
+ *     through pinned host memory;
  *   - host buffers work, as in libcollective (NCCL refuses them); a call on host
  *     buffers is complete when it returns, whatever its stream;
  *   - ncclRedOpCreatePreMulSum, ncclRedOpDestroy, the fp8 types, memory windows

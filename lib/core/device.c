@@ -75,7 +75,7 @@ collResult_t coll_device_check_buffer(struct coll_comm *comm, const char *fn, co
     const struct coll_cuda_driver *d = coll_cuda_driver(&missing);
     if (d == NULL) {
         coll_set_error(comm, "%s: %s (%p) is CUDA device memory, but the loaded CUDA driver "
-                       "lacks %s, which device buffers need (CUDA 12 or later)", fn, name, p,
+                       "lacks %s, which device buffers need (a newer driver has it)", fn, name, p,
                        missing);
         return collUnhandledCudaError;
     }
