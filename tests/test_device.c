@@ -368,9 +368,13 @@ static void stage_keep(struct launch_rank *lr, void *s)
     collComm_t comm = lr->comm;
     const size_t mib = 1 << 20;
     char *d = tdev_malloc(16 * mib);
+    /* Behind a gate, so that all 8 are in flight at once, each with its staging. */
+    atomic_int open = 0;
+    tdev_gate(s, &open);
     for (int k = 1; k <= 8; k++)
         MUST(lr, collAllReduce(d, d + mib, (size_t)k * mib / 4, collFloat, collSum, comm, s),
              comm);
+    atomic_store(&open, 1);
     tdev_stream_sync(s);
     long held = tdev_pinned_bytes();
     MUST(lr, collAllReduce(d, d, 16 * mib / 4, collFloat, collSum, comm, s), comm);
