@@ -59,10 +59,15 @@ struct coll_device {
     size_t keep;                 /* COLL_DEVICE_STAGE_KEEP: pinned staging that idle
                                   * records keep when more is needed, so that one large
                                   * call does not pin its size for good */
-    int leaked;                  /* records given up (a failed enqueue, an abort) */
 };
 
 static pthread_mutex_t device_init_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* Records a communicator gave up while a CUDA stream could still copy to or from
+ * their staging (an abort, a failed enqueue): kept here, not freed under the
+ * copy, and freed by a later communicator's end once their stream passed them. */
+static pthread_mutex_t graveyard_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct coll_devcall *graveyard;
 
 collResult_t coll_device_check_buffer(struct coll_comm *comm, const char *fn, const char *name,
                                       const void *p, size_t bytes, bool *is_dev)
@@ -433,15 +438,18 @@ collResult_t coll_device_issue(struct coll_work *w, void *cuda_stream)
     c->gen++;
     if ((cr = devcall_enqueue(d, c, iv, m, (cu_stream)cuda_stream)) != 0) {
         res = cuda_failed(comm, fn, "enqueueing on the CUDA stream", cr);
-        /* The stream may hold part of it: the record is given up. */
+        /* The stream may hold part of it: the record goes to the graveyard. */
         __atomic_store_n(c->flag, c->gen, __ATOMIC_RELEASE);
         pthread_mutex_lock(&dev->lock);
         struct coll_devcall **pp = &dev->calls;
         while (*pp != c)
             pp = &(*pp)->next;
         *pp = c->next;
-        dev->leaked++;
         pthread_mutex_unlock(&dev->lock);
+        pthread_mutex_lock(&graveyard_lock);
+        c->next = graveyard;
+        graveyard = c;
+        pthread_mutex_unlock(&graveyard_lock);
         goto out;
     }
     work_restage(w, r, n, c->stage);
@@ -511,6 +519,27 @@ void coll_device_work_end(struct coll_work *w, collResult_t res)
     pthread_mutex_unlock(&dev->lock);
 }
 
+/* Frees the records whose stream has passed their `done` from *list, and
+ * returns the others; with wait, waits for each stream first. */
+static struct coll_devcall *devcalls_free_passed(const struct coll_cuda_driver *d,
+                                                 struct coll_devcall *list, bool wait)
+{
+    struct coll_devcall *kept = NULL;
+    while (list != NULL) {
+        struct coll_devcall *c = list;
+        list = c->next;
+        bool passed = d->ctx_set_current(c->ctx) == 0 &&
+                      (wait ? d->event_synchronize(c->done) : d->event_query(c->done)) == 0;
+        if (passed) {
+            devcall_free(d, c);
+        } else {
+            c->next = kept;
+            kept = c;
+        }
+    }
+    return kept;
+}
+
 void coll_device_comm_fini(struct coll_comm *comm)
 {
     struct coll_device *dev = comm->device;
@@ -519,24 +548,22 @@ void coll_device_comm_fini(struct coll_comm *comm)
     comm->device = NULL;
     (void)collStreamDestroy(dev->stream); /* its work is done: comm_free drained it */
     const struct coll_cuda_driver *d = coll_cuda_driver(NULL);
-    bool aborting = atomic_load(&comm->aborting);
-    struct coll_devcall *c = dev->calls;
-    while (c != NULL) {
-        struct coll_devcall *next = c->next;
-        /* The stream may still copy out of the staging: wait for it, unless the
-         * comm is being aborted (then what the stream has not passed is left
-         * allocated rather than freed under it). */
-        bool passed = d->ctx_set_current(c->ctx) == 0 &&
-                      (aborting ? d->event_query(c->done) : d->event_synchronize(c->done)) == 0;
-        if (passed)
-            devcall_free(d, c);
-        else
-            dev->leaked++;
-        c = next;
-    }
-    if (dev->leaked > 0)
-        COLL_INFO(COLL_SUBSYS_CUDA, "device staging: %d records left allocated "
-                 "(the CUDA stream had not passed them)", dev->leaked);
+    /* The stream may still copy out of the staging: wait for it, unless the comm
+     * is being aborted (then what the stream has not passed goes to the
+     * graveyard rather than being freed under the copy). */
+    struct coll_devcall *left = devcalls_free_passed(d, dev->calls, !atomic_load(&comm->aborting));
+    pthread_mutex_lock(&graveyard_lock);
+    struct coll_devcall *older = devcalls_free_passed(d, graveyard, false);
+    int n = 0;
+    struct coll_devcall **tail = &left;
+    for (; *tail != NULL; tail = &(*tail)->next)
+        n++;
+    *tail = older;
+    graveyard = left;
+    pthread_mutex_unlock(&graveyard_lock);
+    if (n > 0)
+        COLL_INFO(COLL_SUBSYS_CUDA, "device staging: %d records kept until their CUDA stream "
+                  "passes them", n);
     pthread_mutex_destroy(&dev->lock);
     free(dev);
 }
