@@ -451,8 +451,10 @@ API int cuStreamWaitValue32_v2(void *h, uint64_t addr, uint32_t value, unsigned 
     return CUDA_SUCCESS;
 }
 
-/* What the perf tools' -D 1 (perf/device.c) calls. */
+/* What the perf tools' -D 1 (perf/device.c) and libnccl.so.2's ncclMemAlloc and
+ * ncclCommCuDevice call. */
 API int cuInit(unsigned int flags);
+API int cuCtxGetDevice(int *dev);
 API int cuDeviceGet(int *dev, int ordinal);
 API int cuDevicePrimaryCtxRetain(void **ctx, int dev);
 API int cuMemAlloc_v2(uint64_t *p, size_t bytes);
@@ -463,6 +465,12 @@ API int cuStreamCreate(void **s, unsigned int flags);
 API int cuStreamSynchronize(void *s);
 API int cuStreamDestroy_v2(void *s);
 
+API int cuCtxGetDevice(int *dev)
+{
+    NEED_CTX();
+    *dev = 0;
+    return CUDA_SUCCESS;
+}
 API int cuInit(unsigned int flags)
 {
     return CUDA_SUCCESS;

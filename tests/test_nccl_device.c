@@ -5,7 +5,9 @@
  * and a ring of ncclSend/ncclRecv in a group, each issued on the stream between
  * the "kernels" that write its input and read its output; then the stream is
  * synchronized once and every result checked.  Also: the same allreduce on
- * host buffers with the stream (NCCL refuses those; here they block).
+ * host buffers with the stream (NCCL refuses those; here they block); with a
+ * CUDA context current at init, ncclCommCuDevice gives its device, and
+ * ncclMemAlloc gives device memory that a call takes and ncclMemFree frees.
  *
  *   collrun -n N test_nccl_device
  */
@@ -21,6 +23,9 @@ void *fake_cuda_host_view(const void *dev);
 void *fake_cuda_stream_create(void);
 void fake_cuda_stream_sync(void *s);
 void fake_cuda_launch(void *s, void (*fn)(void *), void *arg);
+/* The driver's, as the CUDA runtime calls them for cudaSetDevice(0). */
+int cuDevicePrimaryCtxRetain(void **ctx, int dev);
+int cuCtxSetCurrent(void *ctx);
 
 #define COUNT 3000
 
@@ -103,10 +108,21 @@ int main(void)
         return 2;
     }
     int rank = atoi(rs), n = atoi(ns);
+    void *ctx = NULL; /* cudaSetDevice(0) */
+    if (cuDevicePrimaryCtxRetain(&ctx, 0) != 0 || cuCtxSetCurrent(ctx) != 0) {
+        fprintf(stderr, "the stand-in driver gave no context\n");
+        return 1;
+    }
     ncclUniqueId id;
     ncclComm_t comm;
     OK(ncclGetUniqueId(&id));
     OK(ncclCommInitRank(&comm, n, id, rank));
+    int device = -2;
+    OK(ncclCommCuDevice(comm, &device));
+    if (device != 0) {
+        fprintf(stderr, "rank %d: ncclCommCuDevice gave %d, want 0\n", rank, device);
+        failures++;
+    }
     void *s = fake_cuda_stream_create();
     cudaStream_t cs = (cudaStream_t)s;
     size_t bytes = COUNT * sizeof(float);
@@ -142,6 +158,17 @@ int main(void)
     expect("ncclBroadcast on device buffers", bc, COUNT, want_bcast, rank, n);
     expect("ncclAllGather on device buffers", all, COUNT * (size_t)n, want_gather, rank, n);
     expect("ncclSend/ncclRecv on device buffers", left, COUNT, want_left, rank, n);
+
+    /* ncclMemAlloc: device memory (the host cannot touch it), taken by a call. */
+    float *dm = NULL, *mm = malloc(bytes);
+    OK(ncclMemAlloc((void **)&dm, bytes));
+    kernel(s, in, dm, bytes, 1);
+    OK(ncclAllReduce(dm, dm, COUNT, ncclFloat, ncclSum, comm, cs));
+    kernel(s, mm, dm, bytes, 0);
+    fake_cuda_stream_sync(s);
+    expect("ncclAllReduce on ncclMemAlloc memory", mm, COUNT, want_sum, rank, n);
+    OK(ncclMemFree(dm));
+    free(mm);
 
     /* Host buffers with a cudaStream_t: blocking, the stream is not read. */
     float *h = malloc(bytes);

@@ -10,11 +10,13 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "collective.h"
+#include "cuda_driver.h"
 #include "memtype.h"
 #include "nccl.h"
 
@@ -47,6 +49,61 @@ static collStream_t shim_stream(cudaStream_t stream, const void *a, const void *
 {
     bool dev = coll_memtype_of(a) == COLL_MEM_DEVICE || coll_memtype_of(b) == COLL_MEM_DEVICE;
     return dev ? (collStream_t)stream : NULL;
+}
+
+/* The CUDA device current on the calling thread; -1 without CUDA or a context. */
+static int shim_current_device(void)
+{
+    const struct coll_cuda_driver *d = coll_cuda_driver(NULL);
+    cu_context ctx = NULL;
+    int dev = -1;
+    if (d == NULL || d->ctx_get_current(&ctx) != 0 || ctx == NULL || d->ctx_get_device(&dev) != 0)
+        return -1;
+    return dev;
+}
+
+/* Each communicator's CUDA device: the one current on the thread that made it,
+ * as NCCL binds a communicator to the device current at its init. */
+static pthread_mutex_t devices_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct shim_device {
+    const void *comm;
+    int device;
+} *devices;
+static int ndevices, devices_cap;
+
+static void shim_set_device(const void *comm, int device)
+{
+    if (comm == NULL)
+        return;
+    pthread_mutex_lock(&devices_lock);
+    if (ndevices == devices_cap) {
+        int cap = devices_cap ? 2 * devices_cap : 16;
+        struct shim_device *p = realloc(devices, (size_t)cap * sizeof(*p));
+        if (p == NULL) {
+            pthread_mutex_unlock(&devices_lock);
+            return; /* ncclCommCuDevice then says -1 */
+        }
+        devices = p;
+        devices_cap = cap;
+    }
+    devices[ndevices++] = (struct shim_device){comm, device};
+    pthread_mutex_unlock(&devices_lock);
+}
+
+/* The device recorded for comm (-1: none), and forgetting it. */
+static int shim_device(const void *comm, bool forget)
+{
+    int device = -1;
+    pthread_mutex_lock(&devices_lock);
+    for (int i = 0; i < ndevices; i++)
+        if (devices[i].comm == comm) {
+            device = devices[i].device;
+            if (forget)
+                devices[i] = devices[--ndevices];
+            break;
+        }
+    pthread_mutex_unlock(&devices_lock);
+    return device;
 }
 
 static collComm_t C(ncclComm_t comm)
@@ -115,7 +172,10 @@ static collUniqueId shim_id(ncclUniqueId id)
 NCCL_EXPORT ncclResult_t ncclCommInitRank(ncclComm_t *comm, int nranks, ncclUniqueId commId,
                                           int rank)
 {
-    return shim_res(collCommInitRank((collComm_t *)(void *)comm, nranks, shim_id(commId), rank));
+    collResult_t res = collCommInitRank((collComm_t *)(void *)comm, nranks, shim_id(commId), rank);
+    if (res == collSuccess)
+        shim_set_device(*comm, shim_current_device());
+    return shim_res(res);
 }
 
 NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
@@ -126,8 +186,11 @@ NCCL_EXPORT ncclResult_t ncclCommInitRankConfig(ncclComm_t *comm, int nranks,
     ncclResult_t r = shim_config(config, &c, &cp, "ncclCommInitRankConfig");
     if (r != ncclSuccess)
         return r;
-    return shim_res(collCommInitRankConfig((collComm_t *)(void *)comm, nranks, shim_id(commId),
-                                           rank, cp));
+    collResult_t res = collCommInitRankConfig((collComm_t *)(void *)comm, nranks,
+                                              shim_id(commId), rank, cp);
+    if (res == collSuccess || res == collInProgress)
+        shim_set_device(*comm, shim_current_device());
+    return shim_res(res);
 }
 
 NCCL_EXPORT ncclResult_t ncclCommInitRankScalable(ncclComm_t *newcomm, int nranks, int myrank,
@@ -157,7 +220,6 @@ static void *init_all_thread(void *p)
 
 NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *devlist)
 {
-    (void)devlist; /* the devices of a library built with CUDA */
     if (comm == NULL)
         return shim_fail(ncclInvalidArgument, "ncclCommInitAll: comm is NULL");
     if (ndev < 1)
@@ -194,6 +256,9 @@ NCCL_EXPORT ncclResult_t ncclCommInitAll(ncclComm_t *comm, int ndev, const int *
         for (int r = 0; r < started; r++)
             if (args[r].res == collSuccess)
                 collCommAbort(C(comm[r]));
+    /* Rank r's device: devlist[r] (or r), as NCCL's, where CUDA is in use. */
+    for (int r = 0; res == collSuccess && r < ndev; r++)
+        shim_set_device(comm[r], coll_cuda_driver(NULL) == NULL ? -1 : devlist ? devlist[r] : r);
     free(args);
     free(th);
     if (started < ndev)
@@ -209,12 +274,18 @@ NCCL_EXPORT ncclResult_t ncclCommFinalize(ncclComm_t comm)
 
 NCCL_EXPORT ncclResult_t ncclCommDestroy(ncclComm_t comm)
 {
-    return shim_res(collCommDestroy(C(comm)));
+    collResult_t res = collCommDestroy(C(comm));
+    if (res == collSuccess)
+        (void)shim_device(comm, true);
+    return shim_res(res);
 }
 
 NCCL_EXPORT ncclResult_t ncclCommAbort(ncclComm_t comm)
 {
-    return shim_res(collCommAbort(C(comm)));
+    collResult_t res = collCommAbort(C(comm));
+    if (res == collSuccess)
+        (void)shim_device(comm, true);
+    return shim_res(res);
 }
 
 NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, ncclComm_t *newcomm,
@@ -224,7 +295,10 @@ NCCL_EXPORT ncclResult_t ncclCommSplit(ncclComm_t comm, int color, int key, nccl
     ncclResult_t r = shim_config(config, &c, &cp, "ncclCommSplit");
     if (r != ncclSuccess)
         return r;
-    return shim_res(collCommSplit(C(comm), color, key, (collComm_t *)(void *)newcomm, cp));
+    collResult_t res = collCommSplit(C(comm), color, key, (collComm_t *)(void *)newcomm, cp);
+    if ((res == collSuccess || res == collInProgress) && *newcomm != NULL)
+        shim_set_device(*newcomm, shim_device(comm, false));
+    return shim_res(res);
 }
 
 NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList,
@@ -235,8 +309,11 @@ NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList,
     ncclResult_t r = shim_config(config, &c, &cp, "ncclCommShrink");
     if (r != ncclSuccess)
         return r;
-    return shim_res(collCommShrink(C(comm), excludeRanksList, excludeRanksCount,
-                                   (collComm_t *)(void *)newcomm, cp, shrinkFlags));
+    collResult_t res = collCommShrink(C(comm), excludeRanksList, excludeRanksCount,
+                                      (collComm_t *)(void *)newcomm, cp, shrinkFlags);
+    if ((res == collSuccess || res == collInProgress) && *newcomm != NULL)
+        shim_set_device(*newcomm, shim_device(comm, false));
+    return shim_res(res);
 }
 
 NCCL_EXPORT const char *ncclGetErrorString(ncclResult_t result)
@@ -267,7 +344,7 @@ NCCL_EXPORT ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device)
         return shim_res(res);
     if (device == NULL)
         return shim_fail(ncclInvalidArgument, "ncclCommCuDevice: device is NULL");
-    *device = -1; /* built without CUDA: no device */
+    *device = shim_device(comm, false); /* -1: made without a CUDA context current */
     return shim_res(collSuccess);
 }
 
@@ -287,14 +364,32 @@ NCCL_EXPORT ncclResult_t ncclCommDeregister(const ncclComm_t comm, void *handle)
     return shim_res(collCommDeregister(C(comm), handle));
 }
 
+/* Device memory, as NCCL's, when the thread has a CUDA context current; host
+ * memory from collMemAlloc otherwise. */
 NCCL_EXPORT ncclResult_t ncclMemAlloc(void **ptr, size_t size)
 {
-    return shim_res(collMemAlloc(ptr, size));
+    const struct coll_cuda_driver *d = coll_cuda_driver(NULL);
+    if (ptr == NULL || size == 0 || d == NULL || shim_current_device() < 0)
+        return shim_res(collMemAlloc(ptr, size));
+    cu_deviceptr p = 0;
+    cu_result r = d->mem_alloc(&p, size);
+    if (r != 0)
+        return shim_fail(ncclUnhandledCudaError, "ncclMemAlloc: cuMemAlloc of %zu bytes failed: "
+                         "%s", size, coll_cuda_error_string(r));
+    *ptr = (void *)(uintptr_t)p;
+    return shim_res(collSuccess);
 }
 
 NCCL_EXPORT ncclResult_t ncclMemFree(void *ptr)
 {
-    return shim_res(collMemFree(ptr));
+    const struct coll_cuda_driver *d = coll_cuda_driver(NULL);
+    if (ptr == NULL || d == NULL || coll_memtype_of(ptr) != COLL_MEM_DEVICE)
+        return shim_res(collMemFree(ptr));
+    cu_result r = d->mem_free((cu_deviceptr)(uintptr_t)ptr);
+    if (r != 0)
+        return shim_fail(ncclUnhandledCudaError, "ncclMemFree: cuMemFree failed: %s",
+                         coll_cuda_error_string(r));
+    return shim_res(collSuccess);
 }
 
 NCCL_EXPORT ncclResult_t ncclRedOpCreatePreMulSum(ncclRedOp_t *op, void *scalar,

@@ -152,7 +152,8 @@ const char *ncclGetErrorString(ncclResult_t result);
 const char *ncclGetLastError(ncclComm_t comm);
 ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult_t *asyncError);
 ncclResult_t ncclCommCount(const ncclComm_t comm, int *count);
-/* The CUDA device of the communicator; -1 in a library built without CUDA. */
+/* The CUDA device of the communicator: the one current on the thread that made
+ * it; -1 when none was. */
 ncclResult_t ncclCommCuDevice(const ncclComm_t comm, int *device);
 ncclResult_t ncclCommUserRank(const ncclComm_t comm, int *rank);
 ncclResult_t ncclCommRegister(const ncclComm_t comm, void *buff, size_t size, void **handle);

@@ -34,6 +34,9 @@ struct coll_cuda_driver {
     cu_result (*pointer_get_attribute)(void *data, int attribute, cu_deviceptr ptr);
     cu_result (*ctx_get_current)(cu_context *ctx);
     cu_result (*ctx_set_current)(cu_context ctx);
+    cu_result (*ctx_get_device)(int *device);
+    cu_result (*mem_alloc)(cu_deviceptr *p, size_t bytes);
+    cu_result (*mem_free)(cu_deviceptr p);
     cu_result (*mem_host_alloc)(void **p, size_t bytes, unsigned int flags);
     cu_result (*mem_free_host)(void *p);
     cu_result (*mem_host_get_device_pointer)(cu_deviceptr *d, void *p, unsigned int flags);
