@@ -39,7 +39,7 @@ struct coll_algo {
 
 /* The table (algorithms/table.c): every algorithm, in the order of COLL_ALGO's
  * bits and of the planner's ties. */
-#define COLL_NALGOS 6
+#define COLL_NALGOS 7
 extern const struct coll_algo *const coll_algo_table[COLL_NALGOS];
 
 /* The table's algorithm of that name (any case; len bytes of name); NULL when

@@ -11,6 +11,7 @@ extern const struct coll_algo coll_algo_naive;
 extern const struct coll_algo coll_algo_rd;
 extern const struct coll_algo coll_algo_direct;
 extern const struct coll_algo coll_algo_hier;
+extern const struct coll_algo coll_algo_ll;
 
 const struct coll_algo *const coll_algo_table[COLL_NALGOS] = {
     &coll_algo_ring,
@@ -19,6 +20,7 @@ const struct coll_algo *const coll_algo_table[COLL_NALGOS] = {
     &coll_algo_rd,
     &coll_algo_direct,
     &coll_algo_hier,
+    &coll_algo_ll,
 };
 
 const struct coll_algo *coll_algo_find_n(const char *name, size_t len)

@@ -48,7 +48,7 @@
  * the process group is left and /dev/shm holds nothing of the library (segments
  * are memfds: they go with the last process that maps them).
  *
- *   test_kill [-v] [--transport shm|tcp|verbs] [--fault NAME]
+ *   test_kill [-v] [--transport shm|tcp|verbs] [--fault NAME] [--count N]
  *   test_kill --one-rank ITERS [--count N]
  *
  * --one-rank runs a single rank from the environment its caller set (COLL_RANK,
@@ -81,6 +81,9 @@
 #define SLACK_S 5.0
 #define FAULT_AFTER_US 300000
 #define COUNT ((size_t)8 << 20 >> 2) /* 8 MiB of float32 */
+/* The elements of each rank's allreduces: COUNT, or --count N (small calls take
+ * other algorithms: ll, rd). */
+static size_t fault_count = COUNT;
 #define MAX_ITERS 100000
 #define ITERS_BEFORE 5        /* kill-after, exit-after: allreduces before the fault */
 #define ABORT_ITERS 3         /* abort: allreduces before the blocked one */
@@ -313,17 +316,19 @@ static int rank_main(int rank, const char *comm_id, int wfd, int progress_fd, in
     if (fault == FAULT_KILL_BEFORE && is_victim)
         raise(SIGKILL);
 
-    float *send = malloc(COUNT * sizeof(float));
-    float *recv = malloc(COUNT * sizeof(float));
+    float *send = malloc(fault_count * sizeof(float));
+    float *recv = malloc(fault_count * sizeof(float));
     if (!send || !recv)
         return EXIT_INIT;
-    fill_send(send, COUNT, rank);
+    fill_send(send, fault_count, rank);
 
     struct abort_arg aa = {.comm = comm, .result = collSuccess};
     pthread_t abort_th;
     bool aborting = false;
     int it;
-    for (it = 0; it < MAX_ITERS; it++) {
+    /* Small calls take microseconds: enough of them that the fault comes first. */
+    int max_iters = fault_count < COUNT ? 100 * MAX_ITERS : MAX_ITERS;
+    for (it = 0; it < max_iters; it++) {
         if ((fault == FAULT_KILL_AFTER || fault == FAULT_EXIT_AFTER) && it == ITERS_BEFORE) {
             /* Every rank has its results; only then does the fault come. */
             char b = (char)rank;
@@ -344,10 +349,10 @@ static int rank_main(int rank, const char *comm_id, int wfd, int progress_fd, in
             }
         }
         t0 = launch_now();
-        r = collAllReduce(send, recv, COUNT, collFloat32, collSum, comm, NULL);
+        r = collAllReduce(send, recv, fault_count, collFloat32, collSum, comm, NULL);
         if (r != collSuccess)
             break;
-        if (!check_sum(recv, COUNT, NRANKS, rank, it))
+        if (!check_sum(recv, fault_count, NRANKS, rank, it))
             code = EXIT_WRONG_DATA;
         if (it == 0) {
             /* The ring's neighbours are connected by now. */
@@ -365,7 +370,7 @@ static int rank_main(int rank, const char *comm_id, int wfd, int progress_fd, in
             if (is_victim && fault == FAULT_STOP)
                 signal_later(SIGSTOP);
         }
-        memset(recv, 0, COUNT * sizeof(float));
+        memset(recv, 0, fault_count * sizeof(float));
     }
     rec.t_error = launch_now();
     rec.call_s = rec.t_error - t0;
@@ -604,6 +609,7 @@ int main(int argc, char **argv)
                 return 2;
             }
             one_count = (size_t)c;
+            fault_count = (size_t)c;
         } else {
             usage(argv[0]);
             return 2;

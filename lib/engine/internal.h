@@ -131,6 +131,7 @@ struct coll_comm {
     const char *last_algo_name;          /* algorithm of the last call: "ring", "p2p" */
 
     struct coll_direct *direct;          /* the direct allreduce's state (algorithms/direct.c) */
+    struct coll_ll *ll;                  /* ll's shared slots (algorithms/ll.c) */
     struct coll_engine *engine;          /* poll set and wake-up of the engine (engine.c) */
 
     /* Registrations with transports that need them (regcache.c), made on first

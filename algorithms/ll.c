@@ -1,0 +1,386 @@
+/* ll ("low latency"): small allreduce, allgather and reduce-scatter among ranks
+ * that all share one host, through memory every rank maps, where the data and a
+ * sequence number travel in the same cache line.
+ *
+ * Each rank owns a segment (a memfd the others map read-only through
+ * /proc/PID/fd) of two slots, used by calls of odd and even number.  A slot is
+ * LL_LINES lines of 64 bytes: 56 bytes of data, then the 8-byte number of the
+ * call that wrote them.  A call:
+ *   1. writes its input into its slot, line by line, each line's number stored
+ *      last (release);
+ *   2. reads every rank's slot in rank order 0, 1, ..., n-1, waiting on each
+ *      line until it carries this call's number (acquire), and copies the data
+ *      out;
+ *   3. reduces the n inputs in rank order ((in0 op in1) op in2 ...), so every
+ *      rank computes the same bytes from the same operands.
+ * One write and one read per line, no head or tail to update, no message to
+ * match: the cost is the lines themselves.
+ *
+ *   call k:   rank 0 slot[k%2] |d d d d d d d k|d d ... k|     rank 1 slot[k%2] |...k|
+ *             every rank reads slot[k%2] of 0, 1, ..., n-1 once each line shows k
+ *
+ * Two slots are enough: a rank that writes call k+2 into slot k%2 has finished
+ * call k+1, so it has read every rank's slot of k+1, so every rank had finished
+ * reading call k.  That needs every rank to read every other's slot, which these
+ * three collectives do (broadcast and reduce, where some ranks only write, take
+ * other algorithms).  Calls are numbered alike on every rank because every rank
+ * chooses ll for the same calls (the planner's model is agreed).
+ *
+ * A wait spins, then yields the core (ranks may outnumber cores); it ends at the
+ * call's deadline, on an abort, or when the communicator is poisoned (a peer's
+ * failure notice), with the error the engine would give.  At init the ranks map
+ * each other's segments, agree that all could, and time the protocol for the
+ * planner: allreduces of 8 B and of LL_MAX_BYTES, the agreed largest medians,
+ * between which the prediction goes in proportion to the bytes. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "algo.h"
+#include "bootstrap.h"
+#include "exec.h"
+#include "reduce.h"
+
+#define LL_LINE 64
+#define LL_DATA 56                          /* data bytes per line */
+#define LL_MAX_BYTES 8192                   /* the most one rank writes in a call */
+#define LL_LINES ((LL_MAX_BYTES + LL_DATA - 1) / LL_DATA)
+#define LL_SLOT (LL_LINES * LL_LINE)
+#define LL_MAX_RANKS 64
+#define LL_PROBES 16                        /* timed allreduces per size at init */
+
+struct ll_line {
+    unsigned char data[LL_DATA];
+    _Atomic uint64_t seq;
+};
+_Static_assert(sizeof(struct ll_line) == LL_LINE, "a line is one cache line");
+
+struct coll_ll {
+    bool on;
+    int fd;
+    char *own;                  /* my segment, two slots */
+    const char **peer;          /* every rank's segment mapped here (mine too) */
+    uint64_t seq;               /* calls so far */
+    double alpha_us;            /* an 8 B allreduce, measured at init */
+    double full_us;             /* an allreduce of LL_MAX_BYTES, measured at init */
+    unsigned char *scratch;     /* n x LL_MAX_BYTES: the inputs, contiguous */
+};
+
+/* One rank's segment as the others find it. */
+struct ll_desc {
+    int32_t ok, pid, fd, pad;
+};
+
+static collResult_t ll_allreduce_doubles(struct coll_comm *comm, double *mine, double *all,
+                                         size_t n, collRedOp_t op)
+{
+    struct coll_args a = {mine, all, n, collDouble, op, 0};
+    return coll_algo_find("rd")->run[COLL_FUNC_ALLREDUCE](comm, &a);
+}
+
+/* A failure heard of while waiting on peer: a notice on the bootstrap ring, or
+ * that ring's link to peer itself closed (nothing else watches a rank that only
+ * writes memory). */
+static collResult_t ll_failure_heard(struct coll_comm *comm, int peer)
+{
+    struct pollfd pf[2];
+    int nn = coll_bootstrap_notice_fds(comm, pf);
+    if (nn > 0 && poll(pf, (nfds_t)nn, 0) > 0)
+        COLL_CHECK(coll_bootstrap_notice_check(comm, pf, nn));
+    if (coll_bootstrap_gone_neighbour(comm) != peer)
+        return collSuccess;
+    coll_set_error(comm, "%s #%llu: rank %d left while this rank waited for its data in shared "
+                   "memory (ll)", comm->op_name, (unsigned long long)comm->seq, peer);
+    coll_comm_blame(comm, peer);
+    coll_comm_poison(comm, collRemoteError);
+    return collRemoteError;
+}
+
+/* Waits until line l carries call seq; the engine's errors on a deadline, an
+ * abort, a failure heard of, or a poisoned comm. */
+static collResult_t ll_wait(struct coll_comm *comm, const struct ll_line *l, uint64_t seq,
+                            int peer)
+{
+    for (unsigned spins = 0;; spins++) {
+        if (atomic_load_explicit(&l->seq, memory_order_acquire) == seq)
+            return collSuccess;
+        if (spins < 256)
+            continue;
+        if ((spins & 1023) == 0)
+            COLL_CHECK(ll_failure_heard(comm, peer));
+        if ((spins & 63) == 0) {
+            collResult_t poisoned = (collResult_t)atomic_load(&comm->async_error);
+            if (poisoned != collSuccess)
+                return poisoned;
+            if (atomic_load(&comm->aborting)) {
+                coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
+                               (unsigned long long)comm->seq);
+                coll_comm_poison(comm, collRemoteError);
+                return collRemoteError;
+            }
+            if (coll_now_ns() >= comm->deadline_ns) {
+                coll_set_error(comm, "%s #%llu timed out after %lld ms, waiting for rank %d's "
+                               "data in shared memory (ll)", comm->op_name,
+                               (unsigned long long)comm->seq, (long long)comm->timeout_ms, peer);
+                coll_comm_blame(comm, peer);
+                coll_comm_poison(comm, collTimeout);
+                return collTimeout;
+            }
+        }
+        sched_yield();
+    }
+}
+
+/* Steps 1 and 2: writes `bytes` of in, then copies `take` bytes from offset
+ * `from` of every rank's input into scratch (rank q's at q x take). */
+static collResult_t ll_exchange(struct coll_comm *comm, const void *in, size_t bytes, size_t from,
+                                size_t take)
+{
+    struct coll_ll *ll = comm->ll;
+    uint64_t seq = ++ll->seq;
+    size_t slot = (size_t)(seq & 1) * LL_SLOT;
+    struct ll_line *mine = (struct ll_line *)(void *)(ll->own + slot);
+    size_t lines = (bytes + LL_DATA - 1) / LL_DATA;
+    for (size_t i = 0; i < lines; i++) {
+        size_t off = i * LL_DATA, len = bytes - off < LL_DATA ? bytes - off : LL_DATA;
+        memcpy(mine[i].data, (const char *)in + off, len);
+        atomic_store_explicit(&mine[i].seq, seq, memory_order_release);
+    }
+    if (lines == 0) /* no data: one line says the rank arrived */
+        atomic_store_explicit(&mine[0].seq, seq, memory_order_release);
+    size_t first = from / LL_DATA, last = take ? (from + take - 1) / LL_DATA : first;
+    for (int q = 0; q < comm->nranks; q++) {
+        const struct ll_line *l = (const struct ll_line *)(const void *)(ll->peer[q] + slot);
+        unsigned char *dst = ll->scratch + (size_t)q * take;
+        for (size_t i = first; i <= last; i++) {
+            COLL_CHECK(ll_wait(comm, &l[i], seq, q));
+            if (take == 0)
+                break;
+            size_t lo = i * LL_DATA > from ? i * LL_DATA : from;
+            size_t hi = (i + 1) * LL_DATA < from + take ? (i + 1) * LL_DATA : from + take;
+            memcpy(dst + (lo - from), l[i].data + (lo - i * LL_DATA), hi - lo);
+        }
+    }
+    return collSuccess;
+}
+
+/* Step 3: out = in_0 op in_1 op ... op in_{n-1}, each `count` elements in scratch. */
+static void ll_fold(struct coll_comm *comm, collRedOp_t op, collDataType_t t, void *out,
+                    size_t count)
+{
+    struct coll_ll *ll = comm->ll;
+    size_t bytes = count * coll_dtype_size(t);
+    if (bytes == 0)
+        return;
+    memcpy(out, ll->scratch, bytes);
+    for (int q = 1; q < comm->nranks; q++)
+        coll_reduce(op, t, out, out, ll->scratch + (size_t)q * bytes, count);
+    if (op == collAvg)
+        coll_reduce_div(t, out, out, count, comm->nranks);
+}
+
+static collResult_t ll_allreduce(struct coll_comm *comm, const struct coll_args *a)
+{
+    size_t bytes = a->count * coll_dtype_size(a->dtype);
+    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, 0, bytes));
+    ll_fold(comm, a->op, a->dtype, a->recvbuf, a->count);
+    return collSuccess;
+}
+
+static collResult_t ll_allgather(struct coll_comm *comm, const struct coll_args *a)
+{
+    size_t bytes = a->count * coll_dtype_size(a->dtype);
+    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, 0, bytes));
+    if (bytes > 0)
+        memcpy(a->recvbuf, comm->ll->scratch, bytes * (size_t)comm->nranks);
+    return collSuccess;
+}
+
+static collResult_t ll_reduce_scatter(struct coll_comm *comm, const struct coll_args *a)
+{
+    size_t block = a->count * coll_dtype_size(a->dtype);
+    COLL_CHECK(ll_exchange(comm, a->sendbuf, block * (size_t)comm->nranks,
+                           block * (size_t)comm->rank, block));
+    ll_fold(comm, a->op, a->dtype, a->recvbuf, a->count);
+    return collSuccess;
+}
+
+static bool ll_can_run(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a)
+{
+    const struct coll_ll *ll = comm->ll;
+    if (ll == NULL || !ll->on)
+        return false;
+    size_t bytes = a->count * coll_dtype_size(a->dtype);
+    switch (f) {
+    case COLL_FUNC_ALLREDUCE:
+    case COLL_FUNC_ALLGATHER:
+        return bytes <= LL_MAX_BYTES;
+    case COLL_FUNC_REDUCE_SCATTER:
+        return bytes <= LL_MAX_BYTES / (size_t)comm->nranks;
+    default:
+        return false;
+    }
+}
+
+/* Between the two times measured at init (8 B and LL_MAX_BYTES allreduces), in
+ * proportion to the bytes each rank reads: an allgather reads as much as an
+ * allreduce of its per-rank count, a reduce-scatter a block from each rank. */
+static double ll_predict(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
+                         const struct coll_model *m)
+{
+    const struct coll_ll *ll = comm->ll;
+    double S = (double)(a->count * coll_dtype_size(a->dtype));
+    double slope = (ll->full_us - ll->alpha_us) / LL_MAX_BYTES;
+    return ll->alpha_us + (slope > 0 ? slope : 0) * S;
+}
+
+static void ll_unmap(struct coll_comm *comm)
+{
+    struct coll_ll *ll = comm->ll;
+    for (int q = 0; ll->peer != NULL && q < comm->nranks; q++)
+        if (ll->peer[q] != NULL && ll->peer[q] != ll->own)
+            munmap((void *)ll->peer[q], 2 * LL_SLOT);
+    if (ll->own != NULL)
+        munmap(ll->own, 2 * LL_SLOT);
+    if (ll->fd >= 0)
+        close(ll->fd);
+    free(ll->peer);
+    free(ll->scratch);
+    ll->peer = NULL;
+    ll->own = NULL;
+    ll->scratch = NULL;
+    ll->fd = -1;
+}
+
+static void ll_comm_fini(struct coll_comm *comm)
+{
+    if (comm->ll == NULL)
+        return;
+    ll_unmap(comm);
+    free(comm->ll);
+    comm->ll = NULL;
+}
+
+/* Rank q's segment, read-only, through its process's descriptor. */
+static const char *ll_map_peer(const struct ll_desc *d)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)d->pid, (int)d->fd);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st) != 0 || (size_t)st.st_size < 2 * LL_SLOT) {
+        COLL_INFO(COLL_SUBSYS_SHM, "ll: cannot map pid %d's segment: %s", (int)d->pid,
+                  fd < 0 ? strerror(errno) : "too small");
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    void *p = mmap(NULL, 2 * LL_SLOT, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+    close(fd);
+    return p == MAP_FAILED ? NULL : p;
+}
+
+/* The median time of LL_PROBES allreduces of count doubles through ll. */
+static collResult_t ll_probe(struct coll_comm *comm, size_t count, double *median_us)
+{
+    static const double zeros[LL_MAX_BYTES / sizeof(double)];
+    double out[LL_MAX_BYTES / sizeof(double)], t[LL_PROBES];
+    struct coll_args a = {zeros, out, count, collDouble, collSum, 0};
+    for (int i = 0; i < LL_PROBES; i++) {
+        int64_t t0 = coll_now_ns();
+        COLL_CHECK(ll_allreduce(comm, &a));
+        t[i] = (double)(coll_now_ns() - t0) / 1e3;
+    }
+    for (int i = 1; i < LL_PROBES; i++) /* insertion sort: a few values */
+        for (int k = i; k > 0 && t[k] < t[k - 1]; k--) {
+            double s = t[k];
+            t[k] = t[k - 1];
+            t[k - 1] = s;
+        }
+    *median_us = t[LL_PROBES / 2];
+    return collSuccess;
+}
+
+static collResult_t ll_comm_init(struct coll_comm *comm)
+{
+    int n = comm->nranks;
+    if (n == 1 || n > LL_MAX_RANKS)
+        return collSuccess;
+    struct coll_ll *ll;
+    COLL_CHECK(coll_calloc(&ll, 1));
+    comm->ll = ll;
+    ll->fd = -1;
+    /* Every peer over shared memory, as every rank must agree. */
+    struct ll_desc me = {.ok = 1, .pid = (int32_t)getpid()};
+    for (int p = 0; p < n; p++) {
+        const struct coll_transport *tp =
+            p == comm->rank ? NULL : coll_transport_for_peer(comm, p);
+        if (p != comm->rank && (tp == NULL || !(tp->caps & COLL_TP_CAP_SHARED_MEM)))
+            me.ok = 0;
+    }
+    void *base = NULL;
+    const char *step = NULL;
+    int numa = comm->peers[comm->rank].info.numa;
+    if (me.ok && coll_memfd_map("libcollective-ll", 2 * LL_SLOT, numa, &ll->fd, &base, &step) != 0) {
+        COLL_INFO(COLL_SUBSYS_SHM, "ll: no segment (%s failed): ll is off", step);
+        me.ok = 0;
+    }
+    ll->own = base;
+    me.fd = ll->fd;
+    struct ll_desc *all;
+    COLL_CHECK(coll_calloc(&all, (size_t)n));
+    coll_exec_begin(comm, "init (ll segments)");
+    struct coll_args ga = {&me, all, sizeof(me), collUint8, collSum, 0};
+    collResult_t res = coll_algo_find("rd")->run[COLL_FUNC_ALLGATHER](comm, &ga);
+    double fail = 0, any_fail = 0;
+    if (res == collSuccess && (coll_calloc(&ll->peer, (size_t)n) != collSuccess ||
+                               coll_calloc(&ll->scratch, (size_t)n * LL_MAX_BYTES) != collSuccess))
+        fail = 1;
+    for (int q = 0; res == collSuccess && !fail && q < n; q++) {
+        if (!all[q].ok)
+            fail = 1;
+        else if (q == comm->rank)
+            ll->peer[q] = ll->own;
+        else if ((ll->peer[q] = ll_map_peer(&all[q])) == NULL)
+            fail = 1;
+    }
+    free(all);
+    if (res == collSuccess)
+        res = ll_allreduce_doubles(comm, &fail, &any_fail, 1, collMax);
+    if (res != collSuccess || any_fail != 0) {
+        ll_unmap(comm);
+        return res;
+    }
+    ll->on = true;
+    /* The planner's figures: the agreed largest medians of timed allreduces of
+     * 8 B and of LL_MAX_BYTES. */
+    double mine[2], agreed[2];
+    COLL_CHECK(ll_probe(comm, 1, &mine[0]));
+    COLL_CHECK(ll_probe(comm, LL_MAX_BYTES / sizeof(double), &mine[1]));
+    COLL_CHECK(ll_allreduce_doubles(comm, mine, agreed, 2, collMax));
+    ll->alpha_us = agreed[0];
+    ll->full_us = agreed[1];
+    COLL_INFO(COLL_SUBSYS_ALGO, "ll: %.2f us for 8 B, %.2f us for %d B", ll->alpha_us,
+              ll->full_us, LL_MAX_BYTES);
+    return collSuccess;
+}
+
+const struct coll_algo coll_algo_ll = {
+    .name = "ll",
+    .can_run = ll_can_run,
+    .run = {[COLL_FUNC_ALLREDUCE] = ll_allreduce, [COLL_FUNC_ALLGATHER] = ll_allgather,
+            [COLL_FUNC_REDUCE_SCATTER] = ll_reduce_scatter},
+    .predict = ll_predict,
+    .comm_init = ll_comm_init,
+    .comm_fini = ll_comm_fini,
+    .exclusive = true, /* one sequence of calls over shared slots */
+};
