@@ -170,6 +170,10 @@ static collResult_t ll_exchange(struct coll_comm *comm, const void *in, size_t b
             memcpy(dst + (lo - from), l[i].data + (lo - i * LL_DATA), hi - lo);
         }
     }
+    /* As the direct allreduce counts: what this rank read from the peers' slots,
+     * and what they read from its slot. */
+    uint64_t moved = (uint64_t)(comm->nranks - 1) * take;
+    coll_comm_count_bytes(comm, moved, moved);
     return collSuccess;
 }
 

@@ -256,7 +256,9 @@ COLL_API collResult_t collCommUserRank(const collComm_t comm, int *rank);
  * its payload by reading the peers' buffers, not through the transports: the
  * bytes this rank reads from the peers count as received, and those the peers
  * read from this rank's buffers as sent (both S + (n - 2) x S_r, where S_r is
- * this rank's segment, about S / n).
+ * this rank's segment, about S / n).  So does ll, the small calls through
+ * shared slots: (n - 1) x the bytes each rank reads from every other's slot,
+ * both ways.
  * Not counted: the bootstrap's out-of-band traffic (registration with the root,
  * the ring, failure notices, collCommShrink's exchange), the transports'
  * connection handshakes and their own control traffic (ring indices and wake-ups
