@@ -47,6 +47,9 @@ extern const struct coll_algo *const coll_algo_table[COLL_NALGOS];
  * a barrier) name the algorithm they need instead of asking the planner, whose
  * choices they must not move. */
 const struct coll_algo *coll_algo_find(const char *name);
+/* The element-wise max of every rank's n doubles (into all), by recursive
+ * doubling: the agreements algorithms make at init and per call. */
+collResult_t coll_algo_agree_max(struct coll_comm *comm, double *mine, double *all, size_t n);
 const struct coll_algo *coll_algo_find_n(const char *name, size_t len);
 
 /* What an algorithm's run returns when, all ranks agreeing, it declines a call

@@ -24,14 +24,10 @@
  * rank cannot take the direct path, every rank skips the next DIRECT_RETRY_AFTER
  * calls that could take it (a count all ranks keep alike): ordinary buffers do
  * not pay the allgather on every call. */
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "algo.h"
@@ -77,13 +73,6 @@ struct direct_desc {
     uint64_t off[2];
 };
 
-/* The element-wise max of every rank's n values, by recursive doubling. */
-static collResult_t direct_agree_max(struct coll_comm *comm, double *mine, double *all, size_t n)
-{
-    struct coll_args a = {mine, all, n, collDouble, collMax, 0};
-    return coll_algo_find("rd")->run[COLL_FUNC_ALLREDUCE](comm, &a);
-}
-
 static collResult_t direct_comm_init(struct coll_comm *comm)
 {
     if (comm->nranks == 1)
@@ -106,7 +95,7 @@ static collResult_t direct_comm_init(struct coll_comm *comm)
             mine[0] = 1;
     }
     coll_exec_begin(comm, "init (shared buffers)");
-    COLL_CHECK(direct_agree_max(comm, mine, all, 3));
+    COLL_CHECK(coll_algo_agree_max(comm, mine, all, 3));
     d->on = all[0] == 0;
     d->min_bytes = (size_t)all[1];
     d->forced = all[2] != 0;
@@ -136,28 +125,11 @@ static char *direct_map_peer(struct coll_direct *d, int32_t pid, int32_t fd, uin
             maps[i].used = ++d->use;
             return maps[i].base;
         }
-    char path[64], link[PATH_MAX], want[64];
-    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)fd);
-    ssize_t k = readlink(path, link, sizeof(link) - 1);
-    snprintf(want, sizeof(want), "/memfd:" COLL_MEM_NAME "%llu ", (unsigned long long)id);
-    if (k <= 0 || (link[k] = '\0', strncmp(link, want, strlen(want)) != 0)) {
-        COLL_INFO(COLL_SUBSYS_SHM, "cannot map pid %d's buffer %llu: %s is %s", (int)pid,
-                  (unsigned long long)id, path, k <= 0 ? strerror(errno) : link);
-        return NULL;
-    }
-    int mfd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (mfd < 0 || fstat(mfd, &st) != 0 || (size_t)st.st_size < need) {
-        COLL_INFO(COLL_SUBSYS_SHM, "cannot map pid %d's buffer %llu: %s", (int)pid,
-                  (unsigned long long)id, mfd < 0 ? strerror(errno) : "too small");
-        if (mfd >= 0)
-            close(mfd);
-        return NULL;
-    }
-    size_t size = (size_t)st.st_size;
-    char *base = mmap(NULL, size, PROT_READ, MAP_SHARED | MAP_POPULATE, mfd, 0);
-    close(mfd);
-    if (base == MAP_FAILED)
+    char name[64];
+    snprintf(name, sizeof(name), COLL_MEM_NAME "%llu ", (unsigned long long)id);
+    size_t size = 0;
+    char *base = coll_mem_map_peer(pid, fd, name, need, &size);
+    if (base == NULL)
         return NULL;
     int slot = d->nmaps;
     if (slot == d->cap) { /* full: the least recently used goes, from an earlier call */
@@ -177,7 +149,7 @@ static char *direct_map_peer(struct coll_direct *d, int32_t pid, int32_t fd, uin
 static collResult_t direct_barrier(struct coll_comm *comm)
 {
     double x = 0, y;
-    return direct_agree_max(comm, &x, &y, 1);
+    return coll_algo_agree_max(comm, &x, &y, 1);
 }
 
 /* Some rank cannot take the direct path: the call runs the algorithm the planner
@@ -229,7 +201,7 @@ static collResult_t direct_map_all(struct coll_comm *comm, const struct coll_arg
             else
                 buf[p] = (struct direct_bufs){b0 + all[p].off[0], b1 + all[p].off[1]};
         }
-        res = direct_agree_max(comm, &failed, &any_failed, 1);
+        res = coll_algo_agree_max(comm, &failed, &any_failed, 1);
         *ok_p = res == collSuccess && any_failed == 0;
     }
     if (res == collSuccess && !*ok_p)

@@ -32,24 +32,21 @@
  * each other's segments, agree that all could, and time the protocol for the
  * planner: allreduces of 8 B and of LL_MAX_BYTES, the agreed largest medians,
  * between which the prediction goes in proportion to the bytes. */
-#include <errno.h>
-#include <fcntl.h>
-#include <limits.h>
 #include <poll.h>
 #include <sched.h>
 #include <stdatomic.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "algo.h"
 #include "bootstrap.h"
 #include "exec.h"
+#include "mem.h"
 #include "reduce.h"
 
+#define LL_NAME "libcollective-ll" /* its memfd, as /proc shows it */
 #define LL_LINE 64
 #define LL_DATA 56                          /* data bytes per line */
 #define LL_MAX_BYTES 8192                   /* the most one rank writes in a call */
@@ -79,13 +76,6 @@ struct coll_ll {
 struct ll_desc {
     int32_t ok, pid, fd, pad;
 };
-
-static collResult_t ll_allreduce_doubles(struct coll_comm *comm, double *mine, double *all,
-                                         size_t n, collRedOp_t op)
-{
-    struct coll_args a = {mine, all, n, collDouble, op, 0};
-    return coll_algo_find("rd")->run[COLL_FUNC_ALLREDUCE](comm, &a);
-}
 
 /* A failure heard of while waiting on peer: a notice on the bootstrap ring, or
  * that ring's link to peer itself closed (nothing else watches a rank that only
@@ -277,20 +267,8 @@ static void ll_comm_fini(struct coll_comm *comm)
 /* Rank q's segment, read-only, through its process's descriptor. */
 static const char *ll_map_peer(const struct ll_desc *d)
 {
-    char path[64];
-    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)d->pid, (int)d->fd);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    struct stat st;
-    if (fd < 0 || fstat(fd, &st) != 0 || (size_t)st.st_size < 2 * LL_SLOT) {
-        COLL_INFO(COLL_SUBSYS_SHM, "ll: cannot map pid %d's segment: %s", (int)d->pid,
-                  fd < 0 ? strerror(errno) : "too small");
-        if (fd >= 0)
-            close(fd);
-        return NULL;
-    }
-    void *p = mmap(NULL, 2 * LL_SLOT, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
-    close(fd);
-    return p == MAP_FAILED ? NULL : p;
+    size_t size = 0;
+    return coll_mem_map_peer(d->pid, d->fd, LL_NAME, 2 * LL_SLOT, &size);
 }
 
 /* The median time of LL_PROBES allreduces of count doubles through ll. */
@@ -334,7 +312,7 @@ static collResult_t ll_comm_init(struct coll_comm *comm)
     void *base = NULL;
     const char *step = NULL;
     int numa = comm->peers[comm->rank].info.numa;
-    if (me.ok && coll_memfd_map("libcollective-ll", 2 * LL_SLOT, numa, &ll->fd, &base, &step) != 0) {
+    if (me.ok && coll_memfd_map(LL_NAME, 2 * LL_SLOT, numa, &ll->fd, &base, &step) != 0) {
         COLL_INFO(COLL_SUBSYS_SHM, "ll: no segment (%s failed): ll is off", step);
         me.ok = 0;
     }
@@ -359,7 +337,7 @@ static collResult_t ll_comm_init(struct coll_comm *comm)
     }
     free(all);
     if (res == collSuccess)
-        res = ll_allreduce_doubles(comm, &fail, &any_fail, 1, collMax);
+        res = coll_algo_agree_max(comm, &fail, &any_fail, 1);
     if (res != collSuccess || any_fail != 0) {
         ll_unmap(comm);
         return res;
@@ -370,7 +348,7 @@ static collResult_t ll_comm_init(struct coll_comm *comm)
     double mine[2], agreed[2];
     COLL_CHECK(ll_probe(comm, 1, &mine[0]));
     COLL_CHECK(ll_probe(comm, LL_MAX_BYTES / sizeof(double), &mine[1]));
-    COLL_CHECK(ll_allreduce_doubles(comm, mine, agreed, 2, collMax));
+    COLL_CHECK(coll_algo_agree_max(comm, mine, agreed, 2));
     ll->alpha_us = agreed[0];
     ll->full_us = agreed[1];
     COLL_INFO(COLL_SUBSYS_ALGO, "ll: %.2f us for 8 B, %.2f us for %d B", ll->alpha_us,

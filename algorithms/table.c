@@ -36,3 +36,9 @@ const struct coll_algo *coll_algo_find(const char *name)
 {
     return coll_algo_find_n(name, strlen(name));
 }
+
+collResult_t coll_algo_agree_max(struct coll_comm *comm, double *mine, double *all, size_t n)
+{
+    struct coll_args a = {mine, all, n, collDouble, collMax, 0};
+    return coll_algo_find("rd")->run[COLL_FUNC_ALLREDUCE](comm, &a);
+}

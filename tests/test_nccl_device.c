@@ -1,8 +1,8 @@
 /*
  * A program written against nccl.h, with device buffers on a CUDA stream as
  * NCCL programs use them, run on libnccl.so.2 (compat/nccl) over the stand-in
- * CUDA driver (tests/fake_cuda.c): ncclAllReduce, ncclBroadcast, ncclAllGather
- * and a ring of ncclSend/ncclRecv in a group, each issued on the stream between
+ * CUDA driver (tests/fake_cuda.c, through tests/device_fake.c): ncclAllReduce,
+ * ncclBroadcast, ncclAllGather and a ring of ncclSend/ncclRecv in a group, each issued on the stream between
  * the "kernels" that write its input and read its output; then the stream is
  * synchronized once and every result checked.  Also: the same allreduce on
  * host buffers with the stream (NCCL refuses those; here they block); with a
@@ -16,13 +16,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "device_backend.h"
 #include "nccl.h"
 
-void *fake_cuda_malloc(size_t bytes);
-void *fake_cuda_host_view(const void *dev);
-void *fake_cuda_stream_create(void);
-void fake_cuda_stream_sync(void *s);
-void fake_cuda_launch(void *s, void (*fn)(void *), void *arg);
 /* The driver's, as the CUDA runtime calls them for cudaSetDevice(0). */
 int cuDevicePrimaryCtxRetain(void **ctx, int dev);
 int cuCtxSetCurrent(void *ctx);
@@ -40,28 +36,6 @@ static int failures;
             exit(1);                                                                       \
         }                                                                                  \
     } while (0)
-
-struct copy {
-    void *dst;
-    const void *src;
-    size_t bytes;
-};
-
-static void copy_kernel(void *arg)
-{
-    struct copy *c = arg;
-    memcpy(c->dst, c->src, c->bytes);
-    free(c);
-}
-
-/* A kernel on s: host -> device (to_dev) or device -> host. */
-static void kernel(void *s, void *host, void *dev, size_t bytes, int to_dev)
-{
-    struct copy *c = malloc(sizeof(*c));
-    char *view = fake_cuda_host_view(dev);
-    *c = to_dev ? (struct copy){view, host, bytes} : (struct copy){host, view, bytes};
-    fake_cuda_launch(s, copy_kernel, c);
-}
 
 static void expect(const char *what, const float *got, size_t n, float (*want)(size_t, int, int),
                    int rank, int nranks)
@@ -123,31 +97,31 @@ int main(void)
         fprintf(stderr, "rank %d: ncclCommCuDevice gave %d, want 0\n", rank, device);
         failures++;
     }
-    void *s = fake_cuda_stream_create();
+    void *s = tdev_stream_create();
     cudaStream_t cs = (cudaStream_t)s;
     size_t bytes = COUNT * sizeof(float);
     float *in = malloc(bytes), *sum = malloc(bytes), *bc = malloc(bytes), *left = malloc(bytes);
     float *all = malloc(bytes * (size_t)n);
     for (size_t i = 0; i < COUNT; i++)
         in[i] = input(i, rank);
-    float *din = fake_cuda_malloc(bytes), *dout = fake_cuda_malloc(bytes);
-    float *db = fake_cuda_malloc(bytes), *dall = fake_cuda_malloc(bytes * (size_t)n);
-    float *dleft = fake_cuda_malloc(bytes);
+    float *din = tdev_malloc(bytes), *dout = tdev_malloc(bytes);
+    float *db = tdev_malloc(bytes), *dall = tdev_malloc(bytes * (size_t)n);
+    float *dleft = tdev_malloc(bytes);
 
-    kernel(s, in, din, bytes, 1);
-    kernel(s, in, db, bytes, 1);
+    tdev_to_dev(s, din, in, bytes);
+    tdev_to_dev(s, db, in, bytes);
     OK(ncclAllReduce(din, dout, COUNT, ncclFloat, ncclSum, comm, cs));
-    kernel(s, sum, dout, bytes, 0);
+    tdev_to_host(s, sum, dout, bytes);
     OK(ncclBroadcast(db, db, COUNT, ncclFloat, n - 1, comm, cs));
-    kernel(s, bc, db, bytes, 0);
+    tdev_to_host(s, bc, db, bytes);
     OK(ncclAllGather(din, dall, COUNT, ncclFloat, comm, cs));
-    kernel(s, all, dall, bytes * (size_t)n, 0);
+    tdev_to_host(s, all, dall, bytes * (size_t)n);
     OK(ncclGroupStart());
     OK(ncclSend(din, COUNT, ncclFloat, (rank + 1) % n, comm, cs));
     OK(ncclRecv(dleft, COUNT, ncclFloat, (rank + n - 1) % n, comm, cs));
     OK(ncclGroupEnd());
-    kernel(s, left, dleft, bytes, 0);
-    fake_cuda_stream_sync(s);
+    tdev_to_host(s, left, dleft, bytes);
+    tdev_stream_sync(s);
     ncclResult_t async = ncclSuccess;
     OK(ncclCommGetAsyncError(comm, &async));
     if (async != ncclSuccess) {
@@ -162,10 +136,10 @@ int main(void)
     /* ncclMemAlloc: device memory (the host cannot touch it), taken by a call. */
     float *dm = NULL, *mm = malloc(bytes);
     OK(ncclMemAlloc((void **)&dm, bytes));
-    kernel(s, in, dm, bytes, 1);
+    tdev_to_dev(s, dm, in, bytes);
     OK(ncclAllReduce(dm, dm, COUNT, ncclFloat, ncclSum, comm, cs));
-    kernel(s, mm, dm, bytes, 0);
-    fake_cuda_stream_sync(s);
+    tdev_to_host(s, mm, dm, bytes);
+    tdev_stream_sync(s);
     expect("ncclAllReduce on ncclMemAlloc memory", mm, COUNT, want_sum, rank, n);
     OK(ncclMemFree(dm));
     free(mm);

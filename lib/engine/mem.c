@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 
@@ -160,4 +162,34 @@ bool coll_mem_lookup(const void *p, size_t len, int *fd_p, uint64_t *id_p, size_
     *id_p = m.id;
     *off_p = (size_t)((const char *)p - m.base);
     return true;
+}
+
+char *coll_mem_map_peer(int32_t pid, int32_t fd, const char *name, size_t need,
+                        size_t *size_p)
+{
+    char path[64], link[PATH_MAX], want[128];
+    snprintf(path, sizeof(path), "/proc/%d/fd/%d", (int)pid, (int)fd);
+    snprintf(want, sizeof(want), "/memfd:%s", name);
+    ssize_t k = readlink(path, link, sizeof(link) - 1);
+    if (k <= 0 || (link[k] = '\0', strncmp(link, want, strlen(want)) != 0)) {
+        COLL_INFO(COLL_SUBSYS_SHM, "cannot map pid %d's %s: %s is %s", (int)pid, name, path,
+                  k <= 0 ? strerror(errno) : link);
+        return NULL;
+    }
+    int mfd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (mfd < 0 || fstat(mfd, &st) != 0 || (size_t)st.st_size < need) {
+        COLL_INFO(COLL_SUBSYS_SHM, "cannot map pid %d's %s: %s", (int)pid, name,
+                  mfd < 0 ? strerror(errno) : "too small");
+        if (mfd >= 0)
+            close(mfd);
+        return NULL;
+    }
+    size_t size = (size_t)st.st_size;
+    char *base = mmap(NULL, size, PROT_READ, MAP_SHARED | MAP_POPULATE, mfd, 0);
+    close(mfd);
+    if (base == MAP_FAILED)
+        return NULL;
+    *size_p = size;
+    return base;
 }

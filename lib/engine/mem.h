@@ -22,4 +22,12 @@ bool coll_mem_live(uint64_t id);
 /* How many regions collMemFree has freed so far (any thread). */
 uint64_t coll_mem_frees(void);
 
+/* Another process's memfd on this host (its pid and descriptor), mapped here
+ * read-only and whole, with its size in *size_p, when its name starts with
+ * `name` (the /proc link reads "/memfd:NAME...") and it holds at least `need`
+ * bytes; NULL (said at INFO, naming what) when not: another pid namespace, no
+ * permission, or the descriptor is no longer that memfd. */
+char *coll_mem_map_peer(int32_t pid, int32_t fd, const char *name, size_t need,
+                        size_t *size_p);
+
 #endif

@@ -4,17 +4,9 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include "cuda_check.h"
 #include "device_backend.h"
 
-#define CUDA_OK(x)                                                                       \
-    do {                                                                                 \
-        cudaError_t e_ = (x);                                                            \
-        if (e_ != cudaSuccess) {                                                         \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,                   \
-                    cudaGetErrorString(e_));                                             \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
 
 int tdev_init(void)
 {

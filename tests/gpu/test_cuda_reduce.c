@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_check.h"
 #include "reduce.h"
 #include "reduce_cuda.h"
 
@@ -43,15 +44,6 @@ static void fill(collDataType_t t, void *p, size_t n)
     }
 }
 
-#define CUDA_OK(x)                                                                       \
-    do {                                                                                 \
-        cudaError_t e_ = (x);                                                            \
-        if (e_ != cudaSuccess) {                                                         \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,                   \
-                    cudaGetErrorString(e_));                                             \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
 
 int main(void)
 {
