@@ -433,9 +433,14 @@ struct perf_rank {
     const char *algo; /* the algorithm that ran the last timed call */
     collStream_t stream; /* -y 0 */
 
-    /* Read by the watchdog thread. */
-    _Atomic int64_t busy_since_ns; /* 0 outside library calls */
+    /* Written by the rank, read by the watchdog thread: no clock reading and no
+     * fence per call, which would weigh on 8-byte timings. */
+    _Atomic uint64_t busy_calls; /* library calls begun so far */
+    atomic_bool busy;            /* inside one of them */
     _Atomic(const char *) busy_what;
+    /* The watchdog's own: the count it last saw, and since when. */
+    uint64_t wd_calls;
+    int64_t wd_since_ns;
     atomic_int label; /* the rank, once known; the thread index before */
 };
 
@@ -455,13 +460,15 @@ static int64_t perf_now_ns(void)
 
 static void perf_busy(struct perf_rank *pr, const char *what)
 {
-    atomic_store(&pr->busy_what, what);
-    atomic_store(&pr->busy_since_ns, perf_now_ns());
+    atomic_store_explicit(&pr->busy_what, what, memory_order_relaxed);
+    uint64_t n = atomic_load_explicit(&pr->busy_calls, memory_order_relaxed);
+    atomic_store_explicit(&pr->busy_calls, n + 1, memory_order_relaxed);
+    atomic_store_explicit(&pr->busy, true, memory_order_relaxed);
 }
 
 static void perf_idle(struct perf_rank *pr)
 {
-    atomic_store(&pr->busy_since_ns, 0);
+    atomic_store_explicit(&pr->busy, false, memory_order_relaxed);
 }
 
 static void perf_report(struct perf_rank *pr, const char *what, collResult_t res)
@@ -485,7 +492,9 @@ static void perf_report(struct perf_rank *pr, const char *what, collResult_t res
     } while (0)
 
 /* With -T, ends the process when one call runs too long: the library's own
- * deadlines (COLL_TIMEOUT_MS) may be far longer than the user wants to wait. */
+ * deadlines (COLL_TIMEOUT_MS) may be far longer than the user wants to wait.
+ * A call runs too long when the rank was busy in the same call at every tick
+ * for the limit (give or take a tick). */
 static void *perf_watchdog(void *arg)
 {
     struct perf_run *run = arg;
@@ -496,8 +505,12 @@ static void *perf_watchdog(void *arg)
         int64_t now = perf_now_ns();
         for (int i = 0; i < run->nthreads; i++) {
             struct perf_rank *pr = &run->ranks[i];
-            int64_t since = atomic_load(&pr->busy_since_ns);
-            if (since != 0 && now - since > limit) {
+            uint64_t calls = atomic_load_explicit(&pr->busy_calls, memory_order_relaxed);
+            if (!atomic_load_explicit(&pr->busy, memory_order_relaxed) ||
+                calls != pr->wd_calls) {
+                pr->wd_calls = calls;
+                pr->wd_since_ns = now;
+            } else if (now - pr->wd_since_ns > limit) {
                 fflush(stdout);
                 fprintf(stderr, "%s: %s: Test timeout (%ds): rank %d in %s\n", perf_tool,
                         run->host, run->opts.timeout_s, atomic_load(&pr->label),
@@ -1249,7 +1262,8 @@ int perf_main(int argc, char **argv, const struct perf_coll *coll)
         pr->run = run;
         pr->index = i;
         pr->rank = run->threads ? i : -1;
-        atomic_init(&pr->busy_since_ns, 0);
+        atomic_init(&pr->busy_calls, 0);
+        atomic_init(&pr->busy, false);
         atomic_init(&pr->busy_what, "start");
         atomic_init(&pr->label, pr->rank);
     }

@@ -1,6 +1,6 @@
 /* coll_memtype_of (memtype.h): cuPointerGetAttribute of the driver the process
  * already has, looked up once (dlopen RTLD_NOLOAD; a driver loaded later is
- * found by a later look, at most once a second; threads that arrive during a
+ * found by a later look, at most once a second by the coarse clock; threads that arrive during a
  * look wait for it). */
 #include "memtype.h"
 
@@ -26,13 +26,13 @@ static pthread_mutex_t memtype_lock = PTHREAD_MUTEX_INITIALIZER;
 static cu_pointer_get_attribute_fn memtype_driver(void)
 {
     cu_pointer_get_attribute_fn fn = atomic_load_explicit(&memtype_fn, memory_order_acquire);
-    if (fn != NULL || coll_now_ns() < atomic_load(&memtype_next_look_ns))
+    if (fn != NULL || coll_coarse_ns() < atomic_load(&memtype_next_look_ns))
         return fn;
     /* One thread looks while the others wait for its answer (a thread that
      * found the look under way used to take the buffer for host memory). */
     pthread_mutex_lock(&memtype_lock);
     fn = atomic_load_explicit(&memtype_fn, memory_order_acquire);
-    int64_t now = coll_now_ns();
+    int64_t now = coll_coarse_ns();
     if (fn == NULL && now >= atomic_load(&memtype_next_look_ns)) {
         void *h = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_NOLOAD);
         if (h != NULL)

@@ -15,6 +15,8 @@
 
 /* Monotonic clock in ns: the clock of every deadline. */
 int64_t coll_now_ns(void);
+/* CLOCK_MONOTONIC at the kernel's tick resolution, for rate limits. */
+int64_t coll_coarse_ns(void);
 
 /* An IPv4 or IPv6 address, small enough for the unique id and handles. */
 union coll_sockaddr {

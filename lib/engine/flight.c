@@ -39,6 +39,10 @@
 #define STR(x, v) atomic_store_explicit(&(x), (v), memory_order_release)
 #define LDA(x) atomic_load_explicit(&(x), memory_order_acquire)
 
+/* Spans shorter than this (three ticks of the coarse clock at 250 Hz) are only
+ * said to be short. */
+#define FLIGHT_SHORT_NS (12 * 1000000)
+
 struct flight_peer {
     atomic_int peer;                /* -1: the other peers together */
     _Atomic uint64_t sent, sent_posted, recvd, recvd_posted;
@@ -165,7 +169,7 @@ void coll_flight_end(struct coll_comm *comm, collResult_t res)
         return;
     struct flight_rec *r = f->cur;
     ST(r->result, (int)res);
-    ST(r->end_ns, coll_now_ns());
+    ST(r->end_ns, coll_coarse_ns()); /* the start's clock (coll_exec_begin) */
     ST(r->state, res == collSuccess ? COLL_FLIGHT_DONE : COLL_FLIGHT_FAILED);
     f->cur = NULL;
     if (res != collSuccess && atomic_load(&comm->async_error) != collSuccess)
@@ -303,8 +307,12 @@ static bool flight_format(const struct flight_rec *r, int64_t now, char *line, s
     if (state == COLL_FLIGHT_FAILED)
         coll_buf_printf(line, cap, &len, " (%s)", coll_result_name((collResult_t)result));
     coll_buf_printf(line, cap, &len, ", started %lld ms ago", (long long)((now - start) / 1000000));
-    if (end > 0)
-        coll_buf_printf(line, cap, &len, ", took %.1f ms", (double)(end - start) / 1e6);
+    /* Both ends are on the coarse clock: a span under a few of its ticks says
+     * little more than that it was short. */
+    if (end > 0 && end - start < FLIGHT_SHORT_NS)
+        coll_buf_printf(line, cap, &len, ", took under %d ms", FLIGHT_SHORT_NS / 1000000);
+    else if (end > 0)
+        coll_buf_printf(line, cap, &len, ", took %.0f ms", (double)(end - start) / 1e6);
     int n = atomic_load_explicit(&r->npeers, memory_order_acquire);
     if (n > COLL_FLIGHT_PEERS)
         n = COLL_FLIGHT_PEERS;
