@@ -1,16 +1,20 @@
-/* ll ("low latency"): small allreduce, allgather and reduce-scatter among ranks
- * that all share one host, through memory every rank maps, where the data and a
- * sequence number travel in the same cache line.
+/* ll ("low latency"): small allreduce, allgather, reduce-scatter, broadcast and
+ * reduce (and so barrier: a one-byte allreduce) among ranks that all share one
+ * host, through memory every rank maps, where the data and a sequence number
+ * travel in the same cache line.
  *
  * Each rank owns a segment (a memfd the others map read-only through
  * /proc/PID/fd) of two slots, used by calls of odd and even number.  A slot is
  * LL_LINES lines of 64 bytes: 56 bytes of data, then the 8-byte number of the
  * call that wrote them.  A call:
  *   1. writes its input into its slot, line by line, each line's number stored
- *      last (release);
- *   2. reads every rank's slot in rank order 0, 1, ..., n-1, waiting on each
+ *      last (release); a rank with no input (a broadcast's non-root) writes
+ *      the first line's number alone: it has arrived;
+ *   2. reads the slots it needs in rank order 0, 1, ..., n-1, waiting on each
  *      line until it carries this call's number (acquire), and copies the data
- *      out;
+ *      out: every rank's (allreduce, allgather, reduce-scatter, the reduce's
+ *      root), the root's (a broadcast's other ranks), or none; of every other
+ *      rank it waits at least for the first line;
  *   3. reduces the n inputs in rank order ((in0 op in1) op in2 ...), so every
  *      rank computes the same bytes from the same operands.
  * One write and one read per line, no head or tail to update, no message to
@@ -20,13 +24,12 @@
  *             every rank reads slot[k%2] of 0, 1, ..., n-1 once each line shows k
  *
  * Two slots are enough: a rank that writes call k+2 into slot k%2 has finished
- * call k+1, so it has read every rank's slot of k+1, so every rank had finished
- * reading call k.  That needs every rank to read every other's slot, which these
- * three collectives do (broadcast and reduce, where some ranks only write, take
- * other algorithms).  Calls are numbered alike on every rank because every rank
+ * call k+1, so it saw every rank arrive at k+1, so every rank had finished
+ * reading call k.  Calls are numbered alike on every rank because every rank
  * chooses ll for the same calls (the planner's model is agreed).
  *
- * A wait spins, then yields the core (ranks may outnumber cores); it ends at the
+ * A wait polls, and yields the core now and then (every few polls where ranks
+ * outnumber cores, rarely where each has its own); it ends at the
  * call's deadline, on an abort, or when the communicator is poisoned (a peer's
  * failure notice), with the error the engine would give.  At init the ranks map
  * each other's segments, agree that all could, and time the protocol for the
@@ -95,6 +98,14 @@ static collResult_t ll_failure_heard(struct coll_comm *comm, int peer)
     return collRemoteError;
 }
 
+/* Polls between looks at the call's state (poison, abort, deadline), after
+ * LL_SPIN_FREE polls without any; a rank with a core of its own yields it every
+ * LL_YIELD_EVERY polls only (a yield is a system call, and the line it waits for
+ * may land during it), a rank that shares its core at every look. */
+#define LL_SPIN_FREE 256
+#define LL_LOOK_EVERY 64
+#define LL_YIELD_EVERY 1024
+
 /* Waits until line l carries call seq; the engine's errors on a deadline, an
  * abort, a failure heard of, or a poisoned comm. */
 static collResult_t ll_wait(struct coll_comm *comm, const struct ll_line *l, uint64_t seq,
@@ -103,37 +114,45 @@ static collResult_t ll_wait(struct coll_comm *comm, const struct ll_line *l, uin
     for (unsigned spins = 0;; spins++) {
         if (atomic_load_explicit(&l->seq, memory_order_acquire) == seq)
             return collSuccess;
-        if (spins < 256)
+        if (spins < LL_SPIN_FREE || spins % LL_LOOK_EVERY != 0)
             continue;
-        if ((spins & 1023) == 0)
+        if (spins % LL_YIELD_EVERY == 0)
             COLL_CHECK(ll_failure_heard(comm, peer));
-        if ((spins & 63) == 0) {
-            collResult_t poisoned = (collResult_t)atomic_load(&comm->async_error);
-            if (poisoned != collSuccess)
-                return poisoned;
-            if (atomic_load(&comm->aborting)) {
-                coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
-                               (unsigned long long)comm->seq);
-                coll_comm_poison(comm, collRemoteError);
-                return collRemoteError;
-            }
-            if (coll_now_ns() >= comm->deadline_ns) {
-                coll_set_error(comm, "%s #%llu timed out after %lld ms, waiting for rank %d's "
-                               "data in shared memory (ll)", comm->op_name,
-                               (unsigned long long)comm->seq, (long long)comm->timeout_ms, peer);
-                coll_comm_blame(comm, peer);
-                coll_comm_poison(comm, collTimeout);
-                return collTimeout;
-            }
+        collResult_t poisoned = (collResult_t)atomic_load(&comm->async_error);
+        if (poisoned != collSuccess)
+            return poisoned;
+        if (atomic_load(&comm->aborting)) {
+            coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
+                           (unsigned long long)comm->seq);
+            coll_comm_poison(comm, collRemoteError);
+            return collRemoteError;
         }
-        sched_yield();
+        int64_t now = coll_now_ns();
+        if (now >= comm->deadline_ns) {
+            coll_set_error(comm, "%s #%llu timed out after %lld ms, waiting for rank %d's "
+                           "data in shared memory (ll)", comm->op_name,
+                           (unsigned long long)comm->seq, (long long)comm->timeout_ms, peer);
+            coll_comm_blame(comm, peer);
+            coll_comm_poison(comm, collTimeout);
+            return collTimeout;
+        }
+        if (comm->oversubscribed || spins % LL_YIELD_EVERY == 0)
+            coll_exec_yield(comm, now);
     }
 }
 
-/* Steps 1 and 2: writes `bytes` of in, then copies `take` bytes from offset
- * `from` of every rank's input into scratch (rank q's at q x take). */
-static collResult_t ll_exchange(struct coll_comm *comm, const void *in, size_t bytes, size_t from,
-                                size_t take)
+/* Whose input a rank reads in ll_exchange: every rank's, none (it only waits
+ * for every rank to arrive), or one rank's (a rank number). */
+#define LL_FROM_ALL (-1)
+#define LL_FROM_NONE (-2)
+
+/* Steps 1 and 2: writes `bytes` of in (no data: the first line alone says the
+ * rank arrived), then copies `take` bytes from offset `from` of the input of
+ * the ranks `src` names into scratch (rank q's at q x take; one rank's at 0).
+ * Of every other rank it waits for the first line: every rank arrives at every
+ * call, which is what lets two slots serve whichever ranks read. */
+static collResult_t ll_exchange(struct coll_comm *comm, const void *in, size_t bytes, int src,
+                                size_t from, size_t take)
 {
     struct coll_ll *ll = comm->ll;
     uint64_t seq = ++ll->seq;
@@ -145,25 +164,25 @@ static collResult_t ll_exchange(struct coll_comm *comm, const void *in, size_t b
         memcpy(mine[i].data, (const char *)in + off, len);
         atomic_store_explicit(&mine[i].seq, seq, memory_order_release);
     }
-    if (lines == 0) /* no data: one line says the rank arrived */
+    if (lines == 0)
         atomic_store_explicit(&mine[0].seq, seq, memory_order_release);
     size_t first = from / LL_DATA, last = take ? (from + take - 1) / LL_DATA : first;
     for (int q = 0; q < comm->nranks; q++) {
         const struct ll_line *l = (const struct ll_line *)(const void *)(ll->peer[q] + slot);
-        unsigned char *dst = ll->scratch + (size_t)q * take;
+        bool data = take > 0 && (src == LL_FROM_ALL || src == q);
+        if (!data) {
+            if (q != comm->rank)
+                COLL_CHECK(ll_wait(comm, &l[0], seq, q));
+            continue;
+        }
+        unsigned char *dst = ll->scratch + (src == LL_FROM_ALL ? (size_t)q * take : 0);
         for (size_t i = first; i <= last; i++) {
             COLL_CHECK(ll_wait(comm, &l[i], seq, q));
-            if (take == 0)
-                break;
             size_t lo = i * LL_DATA > from ? i * LL_DATA : from;
             size_t hi = (i + 1) * LL_DATA < from + take ? (i + 1) * LL_DATA : from + take;
             memcpy(dst + (lo - from), l[i].data + (lo - i * LL_DATA), hi - lo);
         }
     }
-    /* As the direct allreduce counts: what this rank read from the peers' slots,
-     * and what they read from its slot. */
-    uint64_t moved = (uint64_t)(comm->nranks - 1) * take;
-    coll_comm_count_bytes(comm, moved, moved);
     return collSuccess;
 }
 
@@ -182,29 +201,74 @@ static void ll_fold(struct coll_comm *comm, collRedOp_t op, collDataType_t t, vo
         coll_reduce_div(t, out, out, count, comm->nranks);
 }
 
+/* Each call counts (coll_comm_count_bytes) what the peers read from this
+ * rank's slot as sent and what it read from theirs as received, as the direct
+ * allreduce counts. */
 static collResult_t ll_allreduce(struct coll_comm *comm, const struct coll_args *a)
 {
     size_t bytes = a->count * coll_dtype_size(a->dtype);
-    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, 0, bytes));
+    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes));
     ll_fold(comm, a->op, a->dtype, a->recvbuf, a->count);
+    uint64_t moved = (uint64_t)(comm->nranks - 1) * bytes;
+    coll_comm_count_bytes(comm, moved, moved);
     return collSuccess;
 }
 
 static collResult_t ll_allgather(struct coll_comm *comm, const struct coll_args *a)
 {
     size_t bytes = a->count * coll_dtype_size(a->dtype);
-    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, 0, bytes));
+    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes));
     if (bytes > 0)
         memcpy(a->recvbuf, comm->ll->scratch, bytes * (size_t)comm->nranks);
+    uint64_t moved = (uint64_t)(comm->nranks - 1) * bytes;
+    coll_comm_count_bytes(comm, moved, moved);
     return collSuccess;
 }
 
 static collResult_t ll_reduce_scatter(struct coll_comm *comm, const struct coll_args *a)
 {
     size_t block = a->count * coll_dtype_size(a->dtype);
-    COLL_CHECK(ll_exchange(comm, a->sendbuf, block * (size_t)comm->nranks,
+    COLL_CHECK(ll_exchange(comm, a->sendbuf, block * (size_t)comm->nranks, LL_FROM_ALL,
                            block * (size_t)comm->rank, block));
     ll_fold(comm, a->op, a->dtype, a->recvbuf, a->count);
+    uint64_t moved = (uint64_t)(comm->nranks - 1) * block;
+    coll_comm_count_bytes(comm, moved, moved);
+    return collSuccess;
+}
+
+/* The root writes, the others read its slot; the root waits only for them to
+ * arrive. */
+static collResult_t ll_broadcast(struct coll_comm *comm, const struct coll_args *a)
+{
+    size_t bytes = a->count * coll_dtype_size(a->dtype);
+    uint64_t others = (uint64_t)(comm->nranks - 1) * bytes;
+    if (comm->rank == a->root) {
+        COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_NONE, 0, 0));
+        if (bytes > 0 && a->recvbuf != a->sendbuf)
+            memcpy(a->recvbuf, a->sendbuf, bytes);
+        coll_comm_count_bytes(comm, others, 0);
+        return collSuccess;
+    }
+    COLL_CHECK(ll_exchange(comm, NULL, 0, a->root, 0, bytes));
+    if (bytes > 0)
+        memcpy(a->recvbuf, comm->ll->scratch, bytes);
+    coll_comm_count_bytes(comm, 0, bytes);
+    return collSuccess;
+}
+
+/* Every rank writes; the root reads and folds them all (in rank order, as the
+ * allreduce), the others only wait for every rank to arrive. */
+static collResult_t ll_reduce(struct coll_comm *comm, const struct coll_args *a)
+{
+    size_t bytes = a->count * coll_dtype_size(a->dtype);
+    if (comm->rank == a->root) {
+        COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes));
+        ll_fold(comm, a->op, a->dtype, a->recvbuf, a->count);
+        coll_comm_count_bytes(comm, 0, (uint64_t)(comm->nranks - 1) * bytes);
+        return collSuccess;
+    }
+    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_NONE, 0, 0));
+    coll_comm_count_bytes(comm, bytes, 0);
     return collSuccess;
 }
 
@@ -217,6 +281,8 @@ static bool ll_can_run(const struct coll_comm *comm, enum coll_func f, const str
     switch (f) {
     case COLL_FUNC_ALLREDUCE:
     case COLL_FUNC_ALLGATHER:
+    case COLL_FUNC_BROADCAST:
+    case COLL_FUNC_REDUCE:
         return bytes <= LL_MAX_BYTES;
     case COLL_FUNC_REDUCE_SCATTER:
         return bytes <= LL_MAX_BYTES / (size_t)comm->nranks;
@@ -360,7 +426,8 @@ const struct coll_algo coll_algo_ll = {
     .name = "ll",
     .can_run = ll_can_run,
     .run = {[COLL_FUNC_ALLREDUCE] = ll_allreduce, [COLL_FUNC_ALLGATHER] = ll_allgather,
-            [COLL_FUNC_REDUCE_SCATTER] = ll_reduce_scatter},
+            [COLL_FUNC_REDUCE_SCATTER] = ll_reduce_scatter, [COLL_FUNC_BROADCAST] = ll_broadcast,
+            [COLL_FUNC_REDUCE] = ll_reduce},
     .predict = ll_predict,
     .comm_init = ll_comm_init,
     .comm_fini = ll_comm_fini,

@@ -383,6 +383,13 @@ COLL_API collResult_t collReduceScatter(const void *sendbuff, void *recvbuff, si
                                         collDataType_t datatype, collRedOp_t op,
                                         collComm_t comm, collStream_t stream);
 
+/* collBarrier (not in NCCL; as MPI_Barrier and Gloo's barrier): returns once every
+ * rank of comm has called it.  It is a one-byte allreduce (max) of a byte the
+ * communicator keeps, so it takes what a tiny allreduce takes (the shared-memory
+ * slots among the ranks of one host) and shows as such in logs and the flight
+ * record.  With a stream it is queued there like the collectives. */
+COLL_API collResult_t collBarrier(collComm_t comm, collStream_t stream);
+
 /*
  * Point-to-point calls and groups.
  *

@@ -170,14 +170,8 @@ static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const str
         coll_comm_leave(comm);
         return res;
     }
-    struct coll_work w = {.ncolls = 1, .name = coll_func_name(f)};
-    if (coll_calloc(&w.colls, 1) != collSuccess) {
-        coll_set_error(comm, "%s: out of memory queueing the call on its stream",
-                       coll_func_name(f));
-        return collSystemError;
-    }
-    w.colls[0] = (struct coll_work_coll){comm, f, *a, call_exec};
-    collResult_t res = coll_stream_submit(comm, stream, &w);
+    struct coll_work_coll c = {comm, f, *a, call_exec};
+    collResult_t res = coll_stream_submit_coll(comm, stream, &c, coll_func_name(f));
     return res == collSuccess && nonblocking ? collInProgress : res;
 }
 
@@ -251,4 +245,16 @@ COLL_API collResult_t collReduceScatter(const void *sendbuff, void *recvbuff, si
     COLL_CHECK(call_check(comm, &c, recvcount, n, &dev));
     struct coll_args a = {sendbuff, recvbuff, recvcount, datatype, op, 0};
     return call_run(comm, COLL_FUNC_REDUCE_SCATTER, &a, stream, dev);
+}
+
+COLL_API collResult_t collBarrier(collComm_t comm, collStream_t stream)
+{
+    void *b = comm != NULL ? &comm->barrier_byte : NULL;
+    struct call_check c = {.fn = "collBarrier", .sendbuff = b, .recvbuff = b, .send_elems = 1,
+                           .recv_elems = 1, .datatype = collUint8, .has_op = true,
+                           .op = (int)collMax, .stream = stream};
+    bool dev = false;
+    COLL_CHECK(call_check(comm, &c, 1, 1, &dev));
+    struct coll_args a = {b, b, 1, collUint8, collMax, 0};
+    return call_run(comm, COLL_FUNC_ALLREDUCE, &a, stream, dev);
 }

@@ -28,7 +28,12 @@
  * when nothing overlaps: back-to-back calls on one buffer pay nothing.
  *
  * A call without a stream first waits for its communicator's queue to drain
- * (coll_stream_quiesce), then runs in the calling thread as before.  Nothing
+ * (coll_stream_quiesce), then runs in the calling thread as before.
+ *
+ * Handing a call over costs no system call while both sides are awake: a
+ * progress thread whose queue is empty polls it for a while (the comm's spin
+ * time) before it sleeps, and is woken only when it sleeps; a thread that waits
+ * for a stream or a queue polls before it sleeps, and is woken only then.  Nothing
  * waits without a bound: every piece of work runs under the communicator's
  * deadline, and an aborted communicator fails its queue at once.
  *
@@ -37,17 +42,25 @@
  */
 #include "stream.h"
 
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "exec.h"
 #include "fiber.h"
 #include "reduce.h"
+
+/* How long a thread waiting for a stream polls before it sleeps. */
+#define STREAM_SPIN_NS (50 * 1000)
+/* Polls back to back before the first yield of the core. */
+#define STREAM_SPIN_TIGHT 512
 
 struct coll_stream {
     pthread_mutex_t lock;
     pthread_cond_t cond;   /* done reached wake_at */
     uint64_t issued;       /* pieces of work issued on the stream */
-    uint64_t done;         /* pieces finished: they finish in issue order */
+    _Atomic uint64_t done; /* pieces finished: they finish in issue order (written
+                            * under lock, polled without) */
     uint64_t wake_at;      /* the least done a waiter waits for; UINT64_MAX: none.
                             * Waking only then keeps a synchronize of many calls
                             * from taking a core at every call. */
@@ -65,6 +78,7 @@ struct coll_task {
     bool overlap;          /* one collective: may run beside others */
     uintptr_t lo[2], hi[2]; /* the byte ranges it reads or writes */
     struct coll_work work;
+    struct coll_work_coll one; /* work.colls of a single collective (coll_stream_submit_coll) */
     /* The progress thread's. */
     struct coll_fiber *fiber;
     collResult_t res;
@@ -83,7 +97,9 @@ struct coll_async {
     atomic_int peak;       /* the most in flight so far */
     _Atomic uint64_t changes; /* calls queued or retired: the queue's head may fit now */
     int pending;           /* queued or running */
-    bool stop;             /* end once the queue is empty */
+    atomic_int queued;     /* tasks in the queue (changed under lock, polled without) */
+    bool sleeping;         /* the thread waits on cond for work: a new call wakes it */
+    atomic_bool stop;      /* end once the queue is empty */
     bool stopped;          /* the thread was joined */
 };
 
@@ -100,11 +116,30 @@ static struct coll_stream **registry_link(collStream_t s)
     return pp;
 }
 
+/* Streams destroyed so far: a thread's last lookup holds while it is unchanged. */
+static _Atomic uint64_t registry_gen;
+static _Thread_local struct {
+    collStream_t s;
+    struct coll_stream *st;
+    uint64_t gen;
+} lookup_last;
+
+/* Every stream call looks its stream up (the check, then the queueing): the
+ * calling thread's last answer is kept until a stream is destroyed. */
 static struct coll_stream *stream_lookup(collStream_t s)
 {
+    uint64_t gen = atomic_load_explicit(&registry_gen, memory_order_acquire);
+    if (s != NULL && lookup_last.s == s && lookup_last.gen == gen)
+        return lookup_last.st;
     pthread_mutex_lock(&registry_lock);
+    gen = atomic_load_explicit(&registry_gen, memory_order_relaxed);
     struct coll_stream *st = *registry_link(s);
     pthread_mutex_unlock(&registry_lock);
+    if (st != NULL) {
+        lookup_last.s = s;
+        lookup_last.st = st;
+        lookup_last.gen = gen;
+    }
     return st;
 }
 
@@ -122,9 +157,46 @@ collResult_t coll_stream_check(struct coll_comm *comm, const char *fn, collStrea
     return collInvalidArgument;
 }
 
+/* Polls until pred(arg) holds, for budget_ns at most: STREAM_SPIN_TIGHT polls
+ * back to back, then one per yield of the core (a thread we wait for may share
+ * it).  True when pred came true. */
+static bool stream_spin(bool (*pred)(const void *), const void *arg, int64_t budget_ns)
+{
+    for (int i = 0; i < STREAM_SPIN_TIGHT; i++) {
+        if (pred(arg))
+            return true;
+        coll_exec_cpu_relax();
+    }
+    int64_t end = coll_now_ns() + budget_ns;
+    for (unsigned i = 1;; i++) {
+        if (pred(arg))
+            return true;
+        if (i % 16 == 0 && coll_now_ns() >= end)
+            return false;
+        sched_yield();
+    }
+}
+
+struct done_at {
+    const struct coll_stream *st;
+    uint64_t target;
+};
+
+static bool stream_reached(const void *arg)
+{
+    const struct done_at *d = arg;
+    return atomic_load_explicit(&d->st->done, memory_order_acquire) >= d->target;
+}
+
 /* Waits until st->done >= target; st->lock held. */
 static void stream_wait_done(struct coll_stream *st, uint64_t target)
 {
+    if (st->done < target) {
+        struct done_at d = {st, target};
+        pthread_mutex_unlock(&st->lock);
+        (void)stream_spin(stream_reached, &d, STREAM_SPIN_NS);
+        pthread_mutex_lock(&st->lock);
+    }
     while (st->done < target) {
         if (target < st->wake_at)
             st->wake_at = target;
@@ -155,12 +227,14 @@ static void task_fiber_main(void *arg)
 static void task_retire(struct coll_task *t, collResult_t res)
 {
     struct coll_stream *st = t->stream;
+    if (t->work.colls == &t->one)
+        t->work.colls = NULL;
     coll_work_free(&t->work);
     pthread_mutex_lock(&st->lock);
     if (res != collSuccess && st->error == collSuccess)
         st->error = res;
-    st->done = t->seq;
-    if (st->done >= st->wake_at) {
+    atomic_store_explicit(&st->done, t->seq, memory_order_release);
+    if (t->seq >= st->wake_at) {
         st->wake_at = UINT64_MAX; /* the waiters not yet satisfied set it again */
         pthread_cond_broadcast(&st->cond);
     }
@@ -271,6 +345,7 @@ static void async_round(struct coll_comm *comm)
 static struct coll_task *async_pop(struct coll_async *as)
 {
     struct coll_task *t = as->head;
+    atomic_fetch_sub_explicit(&as->queued, 1, memory_order_relaxed);
     as->head = t->next;
     if (as->head == NULL)
         as->tail = NULL;
@@ -303,6 +378,13 @@ static void async_admit(struct coll_comm *comm, int max, uint64_t *seen_p)
     async_done(comm, 1);
 }
 
+static bool async_has_work(const void *arg)
+{
+    const struct coll_async *as = arg;
+    return atomic_load_explicit(&as->queued, memory_order_acquire) > 0 ||
+           atomic_load_explicit(&as->stop, memory_order_acquire);
+}
+
 static void *progress_main(void *arg)
 {
     struct coll_comm *comm = arg;
@@ -316,9 +398,14 @@ static void *progress_main(void *arg)
             async_round(comm);
             continue;
         }
+        if (atomic_load_explicit(&as->queued, memory_order_acquire) == 0)
+            (void)stream_spin(async_has_work, as, comm->spin_ns);
         pthread_mutex_lock(&as->lock);
-        while (as->head == NULL && !as->stop)
+        while (as->head == NULL && !as->stop) {
+            as->sleeping = true;
             pthread_cond_wait(&as->cond, &as->lock);
+            as->sleeping = false;
+        }
         if (as->head == NULL) {
             pthread_mutex_unlock(&as->lock);
             break; /* stopping, and the queue is empty */
@@ -387,31 +474,11 @@ static void task_ranges(const struct coll_comm *comm, struct coll_task *t)
     t->hi[1] = c->a.recvbuf != NULL ? t->lo[1] + out : t->lo[1];
 }
 
-collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
-                                struct coll_work *w)
+/* Queues t (its work set) on comm's thread for stream st. */
+static void stream_enqueue(struct coll_comm *comm, struct coll_stream *st, struct coll_task *t)
 {
-    struct coll_stream *st = stream_lookup(stream);
-    struct coll_task *t = NULL;
-    collResult_t res = collSuccess;
-    if (st == NULL) {
-        coll_set_error(comm, "%s: stream %p was destroyed before the call was issued", w->name,
-                       stream);
-        res = collInvalidArgument;
-    } else if (coll_calloc(&t, 1) != collSuccess) {
-        coll_set_error(comm, "%s: out of memory queueing the call on its stream", w->name);
-        res = collSystemError;
-    } else {
-        res = async_start(comm);
-    }
-    if (res != collSuccess) {
-        free(t);
-        coll_work_free(w);
-        return res;
-    }
     t->comm = comm;
     t->stream = st;
-    t->work = *w;
-    *w = (struct coll_work){0};
     task_ranges(comm, t);
 
     /* The stream's order and the comm's queue agree: both are taken under the
@@ -429,17 +496,76 @@ collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
         as->head = t;
     as->tail = t;
     as->pending++;
+    atomic_fetch_add_explicit(&as->queued, 1, memory_order_release);
     atomic_fetch_add(&comm->async_pending, 1);
     atomic_fetch_add_explicit(&as->changes, 1, memory_order_release);
-    pthread_cond_broadcast(&as->cond);
+    if (as->sleeping)
+        pthread_cond_broadcast(&as->cond);
     pthread_mutex_unlock(&as->lock);
     coll_fibers_arrived(comm); /* a call in flight lets the new one start */
+}
+
+/* A task for a call on stream, and the stream; an error after describing it. */
+static collResult_t stream_task(struct coll_comm *comm, collStream_t stream, const char *name,
+                                struct coll_task **t_p, struct coll_stream **st_p)
+{
+    struct coll_stream *st = stream_lookup(stream);
+    if (st == NULL) {
+        coll_set_error(comm, "%s: stream %p was destroyed before the call was issued", name,
+                       stream);
+        return collInvalidArgument;
+    }
+    if (coll_calloc(t_p, 1) != collSuccess) {
+        coll_set_error(comm, "%s: out of memory queueing the call on its stream", name);
+        return collSystemError;
+    }
+    collResult_t res = async_start(comm);
+    if (res != collSuccess) {
+        free(*t_p);
+        return res;
+    }
+    *st_p = st;
     return collSuccess;
+}
+
+collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
+                                struct coll_work *w)
+{
+    struct coll_stream *st;
+    struct coll_task *t;
+    collResult_t res = stream_task(comm, stream, w->name, &t, &st);
+    if (res != collSuccess) {
+        coll_work_free(w);
+        return res;
+    }
+    t->work = *w;
+    *w = (struct coll_work){0};
+    stream_enqueue(comm, st, t);
+    return collSuccess;
+}
+
+collResult_t coll_stream_submit_coll(struct coll_comm *comm, collStream_t stream,
+                                     const struct coll_work_coll *c, const char *name)
+{
+    struct coll_stream *st;
+    struct coll_task *t;
+    COLL_CHECK(stream_task(comm, stream, name, &t, &st));
+    t->one = *c;
+    t->work = (struct coll_work){.colls = &t->one, .ncolls = 1, .name = name};
+    stream_enqueue(comm, st, t);
+    return collSuccess;
+}
+
+static bool async_drained(const void *arg)
+{
+    const struct coll_comm *comm = arg;
+    return atomic_load_explicit(&comm->async_pending, memory_order_acquire) == 0;
 }
 
 void coll_stream_quiesce(struct coll_comm *comm)
 {
-    if (atomic_load(&comm->async_pending) == 0)
+    if (atomic_load(&comm->async_pending) == 0 ||
+        stream_spin(async_drained, comm, comm->spin_ns))
         return;
     struct coll_async *as = comm->async;
     pthread_mutex_lock(&as->lock);
@@ -465,7 +591,7 @@ void coll_stream_comm_stop(struct coll_comm *comm)
     if (as == NULL || as->stopped)
         return;
     pthread_mutex_lock(&as->lock);
-    as->stop = true;
+    atomic_store(&as->stop, true);
     pthread_cond_broadcast(&as->cond);
     pthread_mutex_unlock(&as->lock);
     pthread_join(as->thread, NULL);
@@ -561,8 +687,10 @@ COLL_API collResult_t collStreamDestroy(collStream_t stream)
     pthread_mutex_lock(&registry_lock);
     struct coll_stream **pp = registry_link(stream);
     struct coll_stream *st = *pp;
-    if (st != NULL)
+    if (st != NULL) {
         *pp = st->next;
+        atomic_fetch_add_explicit(&registry_gen, 1, memory_order_release);
+    }
     pthread_mutex_unlock(&registry_lock);
     if (st == NULL) {
         coll_set_error(NULL, "collStreamDestroy: stream %p is not a stream from "

@@ -31,7 +31,10 @@
 
 struct coll_engine {
     int epfd;
-    int wakefd;              /* eventfd: coll_engine_wake */
+    int wakefd;              /* eventfd: coll_engine_wake, written only while blocked */
+    _Atomic uint64_t wakes;  /* coll_engine_wake calls so far */
+    atomic_bool blocked;     /* a wait is in (or entering) poll */
+    uint64_t wakes_seen;     /* the waiting thread's: wakes as of its last block */
     uint64_t gen;            /* waits so far: which descriptors the current one wants */
     /* Per descriptor number: events registered (0: not in the set), and the
      * wait that last wanted it. */
@@ -91,11 +94,18 @@ int coll_engine_poll_fd(const struct coll_comm *comm)
     return comm->engine != NULL ? comm->engine->epfd : -1;
 }
 
+/* The eventfd is written only when the comm's thread blocks (or is about to):
+ * a wake-up while it polls costs no system call.  No wake-up is lost: the waker
+ * counts, then looks at `blocked`; the waiter sets `blocked`, then looks at the
+ * count (both sequentially consistent), so one of them sees the other. */
 void coll_engine_wake(struct coll_comm *comm)
 {
     struct coll_engine *e = comm->engine;
     uint64_t one = 1;
-    if (e != NULL)
+    if (e == NULL)
+        return;
+    atomic_fetch_add(&e->wakes, 1);
+    if (atomic_load(&e->blocked))
         (void)!write(e->wakefd, &one, sizeof(one));
 }
 
@@ -219,12 +229,34 @@ static int engine_block_few(struct coll_engine *e, const struct pollfd *want, si
     return ready;
 }
 
+static int engine_block_any(struct coll_engine *e, const struct pollfd *want, size_t n,
+                            struct pollfd *notice, int nn, int timeout_ms);
+
+/* A wake-up since the last block returns at once (as a block that woke on it):
+ * the caller looks at everything again, as after any block. */
 int coll_engine_block(struct coll_comm *comm, const struct pollfd *want, size_t n,
                       struct pollfd *notice, int nn, int timeout_ms)
 {
     struct coll_engine *e = comm->engine;
-    if (n <= ENGINE_FEW && nn <= 2)
-        return engine_block_few(e, want, n, notice, nn, timeout_ms);
+    atomic_store(&e->blocked, true);
+    uint64_t w = atomic_load(&e->wakes);
+    int ready = 0;
+    if (w != e->wakes_seen) {
+        for (int i = 0; i < nn; i++)
+            notice[i].revents = 0;
+    } else if (n <= ENGINE_FEW && nn <= 2) {
+        ready = engine_block_few(e, want, n, notice, nn, timeout_ms);
+    } else {
+        ready = engine_block_any(e, want, n, notice, nn, timeout_ms);
+    }
+    atomic_store(&e->blocked, false);
+    e->wakes_seen = atomic_load(&e->wakes);
+    return ready;
+}
+
+static int engine_block_any(struct coll_engine *e, const struct pollfd *want, size_t n,
+                            struct pollfd *notice, int nn, int timeout_ms)
+{
     e->gen++;
     for (size_t i = 0; i < n; i++)
         engine_want(e, want[i].fd, (uint32_t)want[i].events);

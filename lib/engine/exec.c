@@ -20,9 +20,11 @@
 #include "flight.h"
 #include "socket.h"
 
+/* The start and the deadline are read on the coarse clock: they count in
+ * milliseconds, and a precise reading would be a tenth of an 8-byte call. */
 void coll_exec_begin(struct coll_comm *comm, const char *op_name)
 {
-    int64_t now = coll_now_ns();
+    int64_t now = coll_coarse_ns();
     comm->op_name = op_name;
     comm->op_start_ns = now;
     comm->deadline_ns = now + comm->timeout_ms * 1000000LL;
@@ -195,15 +197,6 @@ static bool exec_all_cheap(struct coll_req *const *reqs, int nreqs, int steps)
     return nreqs > 0 || steps > 0;
 }
 
-static inline void exec_cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield");
-#endif
-}
-
 /* The deadline passed: names the peer waited for (one whose bytes this rank
  * expects, else one that has not taken this rank's bytes), its host, how long
  * nothing moved and the bytes exchanged with it, then poisons the comm. */
@@ -304,6 +297,11 @@ static void exec_yield(struct coll_comm *comm, int64_t now, bool fresh)
                           memory_order_relaxed);
 }
 
+void coll_exec_yield(struct coll_comm *comm, int64_t now)
+{
+    exec_yield(comm, now, false);
+}
+
 collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
                             struct coll_req *const *reqs, int nreqs)
 {
@@ -311,7 +309,7 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
      * once: the clock, abort and a yield are looked at every 64th call only. */
     if (w->idle_since != 0 && !comm->oversubscribed && (++w->idle_calls & 63) != 0 &&
         !coll_fibers_many(comm) && exec_all_cheap(reqs, nreqs, w->steps)) {
-        exec_cpu_relax();
+        coll_exec_cpu_relax();
         return collSuccess;
     }
     int64_t now = coll_now_ns();

@@ -19,6 +19,16 @@ struct coll_wait {
 
 #define COLL_EXEC_SPIN_MAX_BYTES (32 * 1024)
 
+/* One poll's pause in a spin on memory another core writes. */
+static inline void coll_exec_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* Prepares a wait for pieces of up to `bytes`.  With more ranks than cores, a
  * large piece takes long enough to arrive that spinning only steals the core
  * from the rank that would send it, so such waits block at once. */
@@ -28,6 +38,11 @@ static inline void coll_exec_wait_init(const struct coll_comm *comm, struct coll
     *w = (struct coll_wait){
         .spin_ns = comm->oversubscribed && bytes > COLL_EXEC_SPIN_MAX_BYTES ? 0 : comm->spin_ns};
 }
+
+/* Yields the core from a wait that polls memory, under the engine's rule (with
+ * a core per rank, yields that run nothing else are measured and grow rarer);
+ * now is the caller's last clock reading. */
+void coll_exec_yield(struct coll_comm *comm, int64_t now);
 
 /* Starts an operation: sets its deadline and name for messages. */
 void coll_exec_begin(struct coll_comm *comm, const char *op_name);

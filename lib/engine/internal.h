@@ -146,6 +146,7 @@ struct coll_comm {
      * the same for other threads to read. */
     struct coll_fibers *fibers;
     int stream_overlap;            /* at most this many (COLL_STREAM_OVERLAP) */
+    uint8_t barrier_byte;          /* collBarrier's buffer, in and out */
     int fibers_running;
     atomic_int fibers_running_any;
 
