@@ -14,6 +14,7 @@ NS=${NS:-"2 4 8"}
 REPS=${REPS:-5}
 ITERS=${ITERS:-20000}
 OUT=${OUT:-$(mktemp -d /tmp/coll-barrier.XXXXXX)}
+mkdir -p "$OUT"
 command -v mpicc.openmpi >/dev/null || { echo "barrier_bench: needs mpicc.openmpi (apt install libopenmpi-dev openmpi-bin)" >&2; exit 2; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 # as root in the test machines
 mpicc.openmpi -O2 -o "$OUT/mpi_barrier" "$here/perf/peers/mpi_barrier.c"

@@ -191,13 +191,13 @@ static bool stream_reached(const void *arg)
 /* Waits until st->done >= target; st->lock held. */
 static void stream_wait_done(struct coll_stream *st, uint64_t target)
 {
-    if (st->done < target) {
+    if (atomic_load_explicit(&st->done, memory_order_relaxed) < target) {
         struct done_at d = {st, target};
         pthread_mutex_unlock(&st->lock);
         (void)stream_spin(stream_reached, &d, STREAM_SPIN_NS);
         pthread_mutex_lock(&st->lock);
     }
-    while (st->done < target) {
+    while (atomic_load_explicit(&st->done, memory_order_relaxed) < target) {
         if (target < st->wake_at)
             st->wake_at = target;
         pthread_cond_wait(&st->cond, &st->lock);
@@ -285,7 +285,7 @@ static bool task_fits(const struct coll_async *as, const struct coll_task *t,
     if (!t->after_same_comm) {
         struct coll_stream *st = t->stream;
         pthread_mutex_lock(&st->lock);
-        bool ready = st->done + 1 >= t->seq;
+        bool ready = atomic_load_explicit(&st->done, memory_order_relaxed) + 1 >= t->seq;
         pthread_mutex_unlock(&st->lock);
         if (!ready)
             return false;
@@ -655,7 +655,9 @@ COLL_API collResult_t collStreamQuery(collStream_t stream)
     if (st == NULL)
         return collInvalidArgument;
     pthread_mutex_lock(&st->lock);
-    collResult_t res = st->done < st->issued ? collInProgress : st->error;
+    collResult_t res = atomic_load_explicit(&st->done, memory_order_relaxed) < st->issued
+                           ? collInProgress
+                           : st->error;
     pthread_mutex_unlock(&st->lock);
     return res;
 }
