@@ -150,9 +150,11 @@ static collResult_t ll_wait(struct coll_comm *comm, const struct ll_line *l, uin
  * rank arrived), then copies `take` bytes from offset `from` of the input of
  * the ranks `src` names into scratch (rank q's at q x take; one rank's at 0).
  * Of every other rank it waits for the first line: every rank arrives at every
- * call, which is what lets two slots serve whichever ranks read. */
+ * call, which is what lets two slots serve whichever ranks read.  Counts for
+ * collCommGetBytes, as the direct allreduce does, what it read from the peers'
+ * slots as received and `sent`, what the peers read from this rank's, as sent. */
 static collResult_t ll_exchange(struct coll_comm *comm, const void *in, size_t bytes, int src,
-                                size_t from, size_t take)
+                                size_t from, size_t take, uint64_t sent)
 {
     struct coll_ll *ll = comm->ll;
     uint64_t seq = ++ll->seq;
@@ -167,6 +169,7 @@ static collResult_t ll_exchange(struct coll_comm *comm, const void *in, size_t b
     if (lines == 0)
         atomic_store_explicit(&mine[0].seq, seq, memory_order_release);
     size_t first = from / LL_DATA, last = take ? (from + take - 1) / LL_DATA : first;
+    uint64_t recvd = 0;
     for (int q = 0; q < comm->nranks; q++) {
         const struct ll_line *l = (const struct ll_line *)(const void *)(ll->peer[q] + slot);
         bool data = take > 0 && (src == LL_FROM_ALL || src == q);
@@ -176,6 +179,8 @@ static collResult_t ll_exchange(struct coll_comm *comm, const void *in, size_t b
             continue;
         }
         unsigned char *dst = ll->scratch + (src == LL_FROM_ALL ? (size_t)q * take : 0);
+        if (q != comm->rank)
+            recvd += take;
         for (size_t i = first; i <= last; i++) {
             COLL_CHECK(ll_wait(comm, &l[i], seq, q));
             size_t lo = i * LL_DATA > from ? i * LL_DATA : from;
@@ -183,6 +188,7 @@ static collResult_t ll_exchange(struct coll_comm *comm, const void *in, size_t b
             memcpy(dst + (lo - from), l[i].data + (lo - i * LL_DATA), hi - lo);
         }
     }
+    coll_comm_count_bytes(comm, sent, recvd);
     return collSuccess;
 }
 
@@ -201,27 +207,27 @@ static void ll_fold(struct coll_comm *comm, collRedOp_t op, collDataType_t t, vo
         coll_reduce_div(t, out, out, count, comm->nranks);
 }
 
-/* Each call counts (coll_comm_count_bytes) what the peers read from this
- * rank's slot as sent and what it read from theirs as received, as the direct
- * allreduce counts. */
+/* The bytes each other rank reads from this rank's slot when all read `take`
+ * of every rank's input. */
+static uint64_t ll_others(const struct coll_comm *comm, size_t take)
+{
+    return (uint64_t)(comm->nranks - 1) * take;
+}
+
 static collResult_t ll_allreduce(struct coll_comm *comm, const struct coll_args *a)
 {
     size_t bytes = a->count * coll_dtype_size(a->dtype);
-    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes));
+    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes, ll_others(comm, bytes)));
     ll_fold(comm, a->op, a->dtype, a->recvbuf, a->count);
-    uint64_t moved = (uint64_t)(comm->nranks - 1) * bytes;
-    coll_comm_count_bytes(comm, moved, moved);
     return collSuccess;
 }
 
 static collResult_t ll_allgather(struct coll_comm *comm, const struct coll_args *a)
 {
     size_t bytes = a->count * coll_dtype_size(a->dtype);
-    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes));
+    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes, ll_others(comm, bytes)));
     if (bytes > 0)
         memcpy(a->recvbuf, comm->ll->scratch, bytes * (size_t)comm->nranks);
-    uint64_t moved = (uint64_t)(comm->nranks - 1) * bytes;
-    coll_comm_count_bytes(comm, moved, moved);
     return collSuccess;
 }
 
@@ -229,10 +235,8 @@ static collResult_t ll_reduce_scatter(struct coll_comm *comm, const struct coll_
 {
     size_t block = a->count * coll_dtype_size(a->dtype);
     COLL_CHECK(ll_exchange(comm, a->sendbuf, block * (size_t)comm->nranks, LL_FROM_ALL,
-                           block * (size_t)comm->rank, block));
+                           block * (size_t)comm->rank, block, ll_others(comm, block)));
     ll_fold(comm, a->op, a->dtype, a->recvbuf, a->count);
-    uint64_t moved = (uint64_t)(comm->nranks - 1) * block;
-    coll_comm_count_bytes(comm, moved, moved);
     return collSuccess;
 }
 
@@ -241,18 +245,16 @@ static collResult_t ll_reduce_scatter(struct coll_comm *comm, const struct coll_
 static collResult_t ll_broadcast(struct coll_comm *comm, const struct coll_args *a)
 {
     size_t bytes = a->count * coll_dtype_size(a->dtype);
-    uint64_t others = (uint64_t)(comm->nranks - 1) * bytes;
     if (comm->rank == a->root) {
-        COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_NONE, 0, 0));
+        COLL_CHECK(
+            ll_exchange(comm, a->sendbuf, bytes, LL_FROM_NONE, 0, 0, ll_others(comm, bytes)));
         if (bytes > 0 && a->recvbuf != a->sendbuf)
             memcpy(a->recvbuf, a->sendbuf, bytes);
-        coll_comm_count_bytes(comm, others, 0);
         return collSuccess;
     }
-    COLL_CHECK(ll_exchange(comm, NULL, 0, a->root, 0, bytes));
+    COLL_CHECK(ll_exchange(comm, NULL, 0, a->root, 0, bytes, 0));
     if (bytes > 0)
         memcpy(a->recvbuf, comm->ll->scratch, bytes);
-    coll_comm_count_bytes(comm, 0, bytes);
     return collSuccess;
 }
 
@@ -262,14 +264,11 @@ static collResult_t ll_reduce(struct coll_comm *comm, const struct coll_args *a)
 {
     size_t bytes = a->count * coll_dtype_size(a->dtype);
     if (comm->rank == a->root) {
-        COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes));
+        COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes, 0));
         ll_fold(comm, a->op, a->dtype, a->recvbuf, a->count);
-        coll_comm_count_bytes(comm, 0, (uint64_t)(comm->nranks - 1) * bytes);
         return collSuccess;
     }
-    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_NONE, 0, 0));
-    coll_comm_count_bytes(comm, bytes, 0);
-    return collSuccess;
+    return ll_exchange(comm, a->sendbuf, bytes, LL_FROM_NONE, 0, 0, bytes);
 }
 
 static bool ll_can_run(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a)

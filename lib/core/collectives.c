@@ -170,8 +170,14 @@ static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const str
         coll_comm_leave(comm);
         return res;
     }
-    struct coll_work_coll c = {comm, f, *a, call_exec};
-    collResult_t res = coll_stream_submit_coll(comm, stream, &c, coll_func_name(f));
+    struct coll_work w = {.ncolls = 1, .name = coll_func_name(f)};
+    if (coll_calloc(&w.colls, 1) != collSuccess) {
+        coll_set_error(comm, "%s: out of memory queueing the call on its stream",
+                       coll_func_name(f));
+        return collSystemError;
+    }
+    w.colls[0] = (struct coll_work_coll){comm, f, *a, call_exec};
+    collResult_t res = coll_stream_submit(comm, stream, &w);
     return res == collSuccess && nonblocking ? collInProgress : res;
 }
 

@@ -78,7 +78,6 @@ struct coll_task {
     bool overlap;          /* one collective: may run beside others */
     uintptr_t lo[2], hi[2]; /* the byte ranges it reads or writes */
     struct coll_work work;
-    struct coll_work_coll one; /* work.colls of a single collective (coll_stream_submit_coll) */
     /* The progress thread's. */
     struct coll_fiber *fiber;
     collResult_t res;
@@ -227,8 +226,6 @@ static void task_fiber_main(void *arg)
 static void task_retire(struct coll_task *t, collResult_t res)
 {
     struct coll_stream *st = t->stream;
-    if (t->work.colls == &t->one)
-        t->work.colls = NULL;
     coll_work_free(&t->work);
     pthread_mutex_lock(&st->lock);
     if (res != collSuccess && st->error == collSuccess)
@@ -474,11 +471,31 @@ static void task_ranges(const struct coll_comm *comm, struct coll_task *t)
     t->hi[1] = c->a.recvbuf != NULL ? t->lo[1] + out : t->lo[1];
 }
 
-/* Queues t (its work set) on comm's thread for stream st. */
-static void stream_enqueue(struct coll_comm *comm, struct coll_stream *st, struct coll_task *t)
+collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
+                                struct coll_work *w)
 {
+    struct coll_stream *st = stream_lookup(stream);
+    struct coll_task *t = NULL;
+    collResult_t res = collSuccess;
+    if (st == NULL) {
+        coll_set_error(comm, "%s: stream %p was destroyed before the call was issued", w->name,
+                       stream);
+        res = collInvalidArgument;
+    } else if (coll_calloc(&t, 1) != collSuccess) {
+        coll_set_error(comm, "%s: out of memory queueing the call on its stream", w->name);
+        res = collSystemError;
+    } else {
+        res = async_start(comm);
+    }
+    if (res != collSuccess) {
+        free(t);
+        coll_work_free(w);
+        return res;
+    }
     t->comm = comm;
     t->stream = st;
+    t->work = *w;
+    *w = (struct coll_work){0};
     task_ranges(comm, t);
 
     /* The stream's order and the comm's queue agree: both are taken under the
@@ -503,56 +520,6 @@ static void stream_enqueue(struct coll_comm *comm, struct coll_stream *st, struc
         pthread_cond_broadcast(&as->cond);
     pthread_mutex_unlock(&as->lock);
     coll_fibers_arrived(comm); /* a call in flight lets the new one start */
-}
-
-/* A task for a call on stream, and the stream; an error after describing it. */
-static collResult_t stream_task(struct coll_comm *comm, collStream_t stream, const char *name,
-                                struct coll_task **t_p, struct coll_stream **st_p)
-{
-    struct coll_stream *st = stream_lookup(stream);
-    if (st == NULL) {
-        coll_set_error(comm, "%s: stream %p was destroyed before the call was issued", name,
-                       stream);
-        return collInvalidArgument;
-    }
-    if (coll_calloc(t_p, 1) != collSuccess) {
-        coll_set_error(comm, "%s: out of memory queueing the call on its stream", name);
-        return collSystemError;
-    }
-    collResult_t res = async_start(comm);
-    if (res != collSuccess) {
-        free(*t_p);
-        return res;
-    }
-    *st_p = st;
-    return collSuccess;
-}
-
-collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
-                                struct coll_work *w)
-{
-    struct coll_stream *st;
-    struct coll_task *t;
-    collResult_t res = stream_task(comm, stream, w->name, &t, &st);
-    if (res != collSuccess) {
-        coll_work_free(w);
-        return res;
-    }
-    t->work = *w;
-    *w = (struct coll_work){0};
-    stream_enqueue(comm, st, t);
-    return collSuccess;
-}
-
-collResult_t coll_stream_submit_coll(struct coll_comm *comm, collStream_t stream,
-                                     const struct coll_work_coll *c, const char *name)
-{
-    struct coll_stream *st;
-    struct coll_task *t;
-    COLL_CHECK(stream_task(comm, stream, name, &t, &st));
-    t->one = *c;
-    t->work = (struct coll_work){.colls = &t->one, .ncolls = 1, .name = name};
-    stream_enqueue(comm, st, t);
     return collSuccess;
 }
 

@@ -230,31 +230,6 @@ static int engine_block_few(struct coll_engine *e, const struct pollfd *want, si
 }
 
 static int engine_block_any(struct coll_engine *e, const struct pollfd *want, size_t n,
-                            struct pollfd *notice, int nn, int timeout_ms);
-
-/* A wake-up since the last block returns at once (as a block that woke on it):
- * the caller looks at everything again, as after any block. */
-int coll_engine_block(struct coll_comm *comm, const struct pollfd *want, size_t n,
-                      struct pollfd *notice, int nn, int timeout_ms)
-{
-    struct coll_engine *e = comm->engine;
-    atomic_store(&e->blocked, true);
-    uint64_t w = atomic_load(&e->wakes);
-    int ready = 0;
-    if (w != e->wakes_seen) {
-        for (int i = 0; i < nn; i++)
-            notice[i].revents = 0;
-    } else if (n <= ENGINE_FEW && nn <= 2) {
-        ready = engine_block_few(e, want, n, notice, nn, timeout_ms);
-    } else {
-        ready = engine_block_any(e, want, n, notice, nn, timeout_ms);
-    }
-    atomic_store(&e->blocked, false);
-    e->wakes_seen = atomic_load(&e->wakes);
-    return ready;
-}
-
-static int engine_block_any(struct coll_engine *e, const struct pollfd *want, size_t n,
                             struct pollfd *notice, int nn, int timeout_ms)
 {
     e->gen++;
@@ -301,6 +276,28 @@ static int engine_block_any(struct coll_engine *e, const struct pollfd *want, si
         if (f != NULL)
             f->events = 0;
     }
+    return ready;
+}
+
+/* A wake-up since the last block returns at once (as a block that woke on it):
+ * the caller looks at everything again, as after any block. */
+int coll_engine_block(struct coll_comm *comm, const struct pollfd *want, size_t n,
+                      struct pollfd *notice, int nn, int timeout_ms)
+{
+    struct coll_engine *e = comm->engine;
+    atomic_store(&e->blocked, true);
+    uint64_t w = atomic_load(&e->wakes);
+    int ready = 0;
+    if (w != e->wakes_seen) {
+        for (int i = 0; i < nn; i++)
+            notice[i].revents = 0;
+    } else if (n <= ENGINE_FEW && nn <= 2) {
+        ready = engine_block_few(e, want, n, notice, nn, timeout_ms);
+    } else {
+        ready = engine_block_any(e, want, n, notice, nn, timeout_ms);
+    }
+    atomic_store(&e->blocked, false);
+    e->wakes_seen = atomic_load(&e->wakes);
     return ready;
 }
 
