@@ -35,6 +35,10 @@ struct coll_algo {
      * allreduce's segments): with other calls in flight on a stream, one runs
      * only once every earlier one is over (lib/engine/fiber.h). */
     bool exclusive;
+    /* Its calls take about a microsecond (ll): on a stream they run on the
+     * progress thread's own stack, since a fiber would cost about as much as the
+     * call and there is nothing to overlap. */
+    bool quick;
 };
 
 /* The table (algorithms/table.c): every algorithm, in the order of COLL_ALGO's
@@ -98,6 +102,10 @@ collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const st
 collResult_t coll_algo_select_other(struct coll_comm *comm, enum coll_func f,
                                     const struct coll_args *a, const struct coll_algo *not,
                                     const struct coll_algo **algo_p);
+/* Whether a quick algorithm can run the call.  COLL_ALGO is not looked at:
+ * the answer only keeps a stream's call out of a fiber, and any thread may ask
+ * (can_run reads what the comm set up at init). */
+bool coll_algo_quick(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a);
 /* Validates COLL_ALGO at init; collInvalidArgument naming the bad part. */
 collResult_t coll_algo_check_env(struct coll_comm *comm);
 

@@ -431,4 +431,5 @@ const struct coll_algo coll_algo_ll = {
     .comm_init = ll_comm_init,
     .comm_fini = ll_comm_fini,
     .exclusive = true, /* one sequence of calls over shared slots */
+    .quick = true,
 };

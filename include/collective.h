@@ -298,7 +298,12 @@ COLL_API const char *collGetLastError(collComm_t comm);
  * buffers of a call on a stream must stay valid and untouched until the stream
  * is synchronized.  A group on a stream must hold calls of one communicator
  * (else collGroupEnd returns collInvalidUsage).  Returns collInvalidArgument for
- * a NULL stream.
+ * a NULL stream.  A communicator holds at most 1024 calls queued or running
+ * (over all its streams), as a CUDA stream's launch queue does: a call issued
+ * beyond that waits until half of them are done, so a program that issues more
+ * than 1024 calls before a peer can join them (say, because the peer first waits
+ * for this thread's call on another communicator) fails at the timeout instead of
+ * running.
  *
  * collStreamQuery: collInProgress while calls issued on the stream are pending;
  * otherwise the first failure among them not yet returned by

@@ -24,7 +24,11 @@
  *      queued work: both end with an error, in time, nothing used after free;
  *  10. a rank that aborts before a connection with its peer exists: the peer's
  *      receive ends by the failure notice over the out-of-band ring, its send by
- *      the refused connection, both at once rather than at the deadline.
+ *      the refused connection, both at once rather than at the deadline;
+ *  11. a queue past its bound: 3000 small calls (every size from 1 to 600
+ *      elements, so ll's and the others) on one stream while the last rank
+ *      starts 300 ms late: the others' issuing waits for room (it takes more
+ *      than 150 ms, where 3000 calls queue in a few), and every result is right.
  *
  *   collrun -n 3 test_stream      test_stream --threads 4
  */
@@ -39,6 +43,8 @@
 #define COUNT 1001
 #define PROGRAM_LEN 120
 #define INFLIGHT 200
+#define DEEP 3000     /* more calls than a comm's queue holds (1024) */
+#define DEEP_SPAN 600 /* elements: the largest call */
 
 #define MUST LR_MUST
 
@@ -330,6 +336,54 @@ static void check_inflight(struct launch_rank *lr)
     free(b);
 }
 
+/* --- 11. a queue past its bound --- */
+
+static void check_deep(struct launch_rank *lr)
+{
+    const int n = lr->nranks, me = lr->rank;
+    int32_t *b = malloc((size_t)DEEP * DEEP_SPAN * sizeof(int32_t));
+    if (!b)
+        launch_fatal(lr, "out of memory");
+    for (size_t j = 0; j < (size_t)DEEP * DEEP_SPAN; j++)
+        b[j] = (int32_t)(j % 1000) + me;
+    collStream_t s;
+    MUST(lr, collStreamCreate(&s), NULL);
+    MUST(lr, collAllReduce(&b[0], &b[0], 0, collInt32, collSum, lr->comm, NULL), lr->comm);
+    bool late = me == n - 1;
+    if (late) {
+        struct timespec ts = {0, 300 * 1000000};
+        nanosleep(&ts, NULL);
+    }
+    double t0 = launch_now();
+    for (int k = 0; k < DEEP; k++) {
+        int32_t *p = b + (size_t)k * DEEP_SPAN;
+        MUST(lr, collAllReduce(p, p, 1 + (size_t)k % DEEP_SPAN, collInt32, collSum, lr->comm, s),
+             lr->comm);
+    }
+    double issued_s = launch_now() - t0;
+    MUST(lr, collStreamSynchronize(s), lr->comm);
+    if (!late && n > 1)
+        LR_CHECK(lr, issued_s > 0.15,
+                 "3000 calls were issued in %.3f s with a peer 300 ms late: the queue did "
+                 "not make the issuing thread wait", issued_s);
+    for (int k = 0; k < DEEP; k++) {
+        size_t cnt = 1 + (size_t)k % DEEP_SPAN;
+        for (size_t j = 0; j < DEEP_SPAN; j++) {
+            size_t at = (size_t)k * DEEP_SPAN + j;
+            int32_t base = (int32_t)(at % 1000);
+            int32_t want = j < cnt ? n * base + n * (n - 1) / 2 : base + me;
+            if (b[at] != want) {
+                LR_CHECK(lr, false, "call %d element %zu: %d, want %d", k, j, (int)b[at],
+                         (int)want);
+                k = DEEP;
+                break;
+            }
+        }
+    }
+    MUST(lr, collStreamDestroy(s), NULL);
+    free(b);
+}
+
 /* --- 5. query while a peer is late --- */
 
 static void check_query(struct launch_rank *lr)
@@ -602,6 +656,7 @@ static void body(struct launch_rank *lr)
     check_group_refusals(lr, c2);
     MUST(lr, collCommDestroy(c2), NULL);
     check_inflight(lr);
+    check_deep(lr);
     check_query(lr);
     check_destroy_pending(lr);
     check_failure(lr);

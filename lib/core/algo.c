@@ -169,6 +169,16 @@ static int algo_pick(const struct coll_comm *comm, enum coll_func f, const struc
 
 #define ALGO_ALL ((1u << NALGOS) - 1)
 
+bool coll_algo_quick(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a)
+{
+    for (int i = 0; i < NALGOS; i++) {
+        const struct coll_algo *al = algo_table[i];
+        if (al->quick && al->run[f] != NULL && al->can_run(comm, f, a))
+            return true;
+    }
+    return false;
+}
+
 collResult_t coll_algo_select(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
                               const struct coll_algo **algo_p)
 {

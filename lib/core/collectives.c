@@ -170,14 +170,8 @@ static collResult_t call_run(struct coll_comm *comm, enum coll_func f, const str
         coll_comm_leave(comm);
         return res;
     }
-    struct coll_work w = {.ncolls = 1, .name = coll_func_name(f)};
-    if (coll_calloc(&w.colls, 1) != collSuccess) {
-        coll_set_error(comm, "%s: out of memory queueing the call on its stream",
-                       coll_func_name(f));
-        return collSystemError;
-    }
-    w.colls[0] = (struct coll_work_coll){comm, f, *a, call_exec};
-    collResult_t res = coll_stream_submit(comm, stream, &w);
+    collResult_t res =
+        coll_stream_submit_coll(comm, stream, &(struct coll_work_coll){comm, f, *a, call_exec});
     return res == collSuccess && nonblocking ? collInProgress : res;
 }
 

@@ -37,6 +37,10 @@
  * waits without a bound: every piece of work runs under the communicator's
  * deadline, and an aborted communicator fails its queue at once.
  *
+ * A communicator holds at most STREAM_DEPTH_MAX calls; one issued beyond that
+ * sleeps until half are done.  Finished tasks are kept and reused, so a loop of
+ * calls allocates nothing, and a call that ll can run never takes a fiber.
+ *
  * Streams are known by a registry, so a pointer that is not a live stream is
  * refused instead of being read.
  */
@@ -46,6 +50,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "algo.h"
 #include "exec.h"
 #include "fiber.h"
 #include "reduce.h"
@@ -54,16 +59,31 @@
 #define STREAM_SPIN_NS (50 * 1000)
 /* Polls back to back before the first yield of the core. */
 #define STREAM_SPIN_TIGHT 512
+/* Finished tasks a communicator keeps for its next calls: a loop of small calls
+ * allocates nothing, and frees nothing that another thread allocated. */
+#define STREAM_SPARE_MAX 1024
+/* The most calls a communicator holds queued or running: a thread issuing more
+ * waits until half have finished, as a CUDA stream's launch queue makes its
+ * caller wait.  The queue's memory stays bounded and warm, and its tasks are
+ * reused instead of allocated. */
+#define STREAM_DEPTH_MAX STREAM_SPARE_MAX
 
 struct coll_stream {
     pthread_mutex_t lock;
     pthread_cond_t cond;   /* done reached wake_at */
     uint64_t issued;       /* pieces of work issued on the stream */
-    _Atomic uint64_t done; /* pieces finished: they finish in issue order (written
-                            * under lock, polled without) */
-    uint64_t wake_at;      /* the least done a waiter waits for; UINT64_MAX: none.
+    /* Pieces finished: they finish in issue order.  Written without the lock:
+     * the finisher stores done, then looks at wake_at; a waiter stores wake_at
+     * (under the lock), then looks at done (both sequentially consistent), and
+     * the finisher takes the lock only to wake a waiter. */
+    _Atomic uint64_t done;
+    _Atomic uint64_t wake_at; /* the least done a waiter waits for; UINT64_MAX: none.
                             * Waking only then keeps a synchronize of many calls
                             * from taking a core at every call. */
+    _Atomic uint64_t retired; /* pieces whose finisher no longer touches the stream
+                            * (a count: two communicators' threads may finish
+                            * one piece each and end in either order);
+                            * collStreamDestroy frees it only once all have */
     collResult_t error;    /* the first failure not yet returned by synchronize */
     const struct coll_comm *last_comm; /* of the piece issued last */
     struct coll_stream *next;
@@ -78,6 +98,7 @@ struct coll_task {
     bool overlap;          /* one collective: may run beside others */
     uintptr_t lo[2], hi[2]; /* the byte ranges it reads or writes */
     struct coll_work work;
+    struct coll_work_coll one; /* work.colls of a single call (coll_stream_submit_coll) */
     /* The progress thread's. */
     struct coll_fiber *fiber;
     collResult_t res;
@@ -88,16 +109,26 @@ struct coll_task {
 struct coll_async {
     pthread_t thread;
     pthread_mutex_t lock;
-    pthread_cond_t cond;   /* queue grew, or pending fell */
+    pthread_cond_t cond;   /* queue grew, or pending fell to what a waiter waits for */
     struct coll_task *head, *tail;
     /* The progress thread's: calls in flight in fibers, oldest first. */
     struct coll_task *fly[COLL_FIBERS_MAX];
     int nfly;
     atomic_int peak;       /* the most in flight so far */
     _Atomic uint64_t changes; /* calls queued or retired: the queue's head may fit now */
-    int pending;           /* queued or running */
+    /* Threads waiting (on cond) for comm->async_pending, the calls queued or
+     * running, to reach 0, and to fall to STREAM_DEPTH_MAX / 2.  A waiter counts
+     * itself, then looks at async_pending; the progress thread lowers it, then
+     * looks at the counts (all sequentially consistent), so no wake-up is lost
+     * and none is made while nobody waits. */
+    atomic_int drain_waiters;
+    atomic_int room_waiters;
     atomic_int queued;     /* tasks in the queue (changed under lock, polled without) */
     bool sleeping;         /* the thread waits on cond for work: a new call wakes it */
+    struct coll_task *spare; /* finished tasks to reuse */
+    int nspare;
+    /* The progress thread's: tasks finished since it last took the lock. */
+    struct coll_task *freed;
     atomic_bool stop;      /* end once the queue is empty */
     bool stopped;          /* the thread was joined */
 };
@@ -190,15 +221,17 @@ static bool stream_reached(const void *arg)
 /* Waits until st->done >= target; st->lock held. */
 static void stream_wait_done(struct coll_stream *st, uint64_t target)
 {
-    if (atomic_load_explicit(&st->done, memory_order_relaxed) < target) {
+    if (atomic_load_explicit(&st->done, memory_order_acquire) < target) {
         struct done_at d = {st, target};
         pthread_mutex_unlock(&st->lock);
         (void)stream_spin(stream_reached, &d, STREAM_SPIN_NS);
         pthread_mutex_lock(&st->lock);
     }
-    while (atomic_load_explicit(&st->done, memory_order_relaxed) < target) {
-        if (target < st->wake_at)
-            st->wake_at = target;
+    while (atomic_load_explicit(&st->done, memory_order_acquire) < target) {
+        if (target < atomic_load_explicit(&st->wake_at, memory_order_relaxed))
+            atomic_store(&st->wake_at, target);
+        if (atomic_load(&st->done) >= target)
+            break;
         pthread_cond_wait(&st->cond, &st->lock);
     }
 }
@@ -221,22 +254,35 @@ static void task_fiber_main(void *arg)
     t->ended = true;
 }
 
-/* Marks t done for its stream (its earlier pieces are) and frees it.  After the
- * stream's lock is released the stream may be destroyed. */
+/* Marks t done for its stream (its earlier pieces are) and keeps it for reuse
+ * (async_lock hands it over).  Once `retired` says so, the stream may be
+ * destroyed. */
 static void task_retire(struct coll_task *t, collResult_t res)
 {
     struct coll_stream *st = t->stream;
+    struct coll_async *as = t->comm->async;
+    if (t->work.colls == &t->one)
+        t->work.colls = NULL;
     coll_work_free(&t->work);
-    pthread_mutex_lock(&st->lock);
-    if (res != collSuccess && st->error == collSuccess)
-        st->error = res;
-    atomic_store_explicit(&st->done, t->seq, memory_order_release);
-    if (t->seq >= st->wake_at) {
-        st->wake_at = UINT64_MAX; /* the waiters not yet satisfied set it again */
-        pthread_cond_broadcast(&st->cond);
+    if (res != collSuccess) {
+        pthread_mutex_lock(&st->lock);
+        if (st->error == collSuccess)
+            st->error = res;
+        pthread_mutex_unlock(&st->lock);
     }
-    pthread_mutex_unlock(&st->lock);
-    free(t);
+    atomic_store(&st->done, t->seq);
+    if (t->seq >= atomic_load(&st->wake_at)) {
+        pthread_mutex_lock(&st->lock);
+        if (t->seq >= atomic_load_explicit(&st->wake_at, memory_order_relaxed)) {
+            /* the waiters not yet satisfied set it again */
+            atomic_store_explicit(&st->wake_at, UINT64_MAX, memory_order_relaxed);
+            pthread_cond_broadcast(&st->cond);
+        }
+        pthread_mutex_unlock(&st->lock);
+    }
+    atomic_fetch_add_explicit(&st->retired, 1, memory_order_release);
+    t->next = as->freed;
+    as->freed = t;
 }
 
 /* Waits until t's stream's earlier pieces are done, when they are not on this
@@ -280,11 +326,7 @@ static bool task_fits(const struct coll_async *as, const struct coll_task *t,
         if (!as->fly[i]->overlap || task_touch(t, as->fly[i]))
             return false;
     if (!t->after_same_comm) {
-        struct coll_stream *st = t->stream;
-        pthread_mutex_lock(&st->lock);
-        bool ready = atomic_load_explicit(&st->done, memory_order_relaxed) + 1 >= t->seq;
-        pthread_mutex_unlock(&st->lock);
-        if (!ready)
+        if (atomic_load_explicit(&t->stream->done, memory_order_acquire) + 1 < t->seq)
             return false;
     }
     return true;
@@ -305,15 +347,43 @@ static bool task_start_fiber(struct coll_comm *comm, struct coll_task *t)
     return true;
 }
 
-/* k queued calls finished: wakes coll_stream_quiesce and the thread's own wait. */
+/* Tasks in list, beyond what the spare list takes, are freed; as->lock held. */
+static void async_keep(struct coll_async *as, struct coll_task *list)
+{
+    while (list != NULL) {
+        struct coll_task *t = list;
+        list = t->next;
+        if (as->nspare < STREAM_SPARE_MAX) {
+            t->next = as->spare;
+            as->spare = t;
+            as->nspare++;
+        } else {
+            free(t);
+        }
+    }
+}
+
+/* The progress thread takes the queue's lock, and hands the tasks it finished
+ * since over for reuse. */
+static void async_lock(struct coll_async *as)
+{
+    pthread_mutex_lock(&as->lock);
+    async_keep(as, as->freed);
+    as->freed = NULL;
+}
+
+/* k queued calls finished: wakes coll_stream_quiesce and async_wait_room when
+ * what they wait for came. */
 static void async_done(struct coll_comm *comm, int k)
 {
     struct coll_async *as = comm->async;
-    pthread_mutex_lock(&as->lock);
-    as->pending -= k;
-    atomic_fetch_sub(&comm->async_pending, k);
-    pthread_cond_broadcast(&as->cond);
-    pthread_mutex_unlock(&as->lock);
+    int left = atomic_fetch_sub(&comm->async_pending, k) - k;
+    if ((left == 0 && atomic_load(&as->drain_waiters) > 0) ||
+        (left <= STREAM_DEPTH_MAX / 2 && atomic_load(&as->room_waiters) > 0)) {
+        pthread_mutex_lock(&as->lock);
+        pthread_cond_broadcast(&as->cond);
+        pthread_mutex_unlock(&as->lock);
+    }
 }
 
 /* Resumes each call in flight once, then retires those at the front that have
@@ -359,7 +429,7 @@ static void async_admit(struct coll_comm *comm, int max, uint64_t *seen_p)
     uint64_t now = atomic_load_explicit(&as->changes, memory_order_acquire);
     if (as->nfly >= max || now == *seen_p)
         return;
-    pthread_mutex_lock(&as->lock);
+    async_lock(as);
     struct coll_task *t = NULL;
     if (as->head != NULL && task_fits(as, as->head, NULL))
         t = async_pop(as);
@@ -397,7 +467,7 @@ static void *progress_main(void *arg)
         }
         if (atomic_load_explicit(&as->queued, memory_order_acquire) == 0)
             (void)stream_spin(async_has_work, as, comm->spin_ns);
-        pthread_mutex_lock(&as->lock);
+        async_lock(as);
         while (as->head == NULL && !as->stop) {
             as->sleeping = true;
             pthread_cond_wait(&as->cond, &as->lock);
@@ -455,7 +525,8 @@ static void task_ranges(const struct coll_comm *comm, struct coll_task *t)
     /* A staged device call (device.c) runs alone: it first waits for its CUDA
      * stream, which does not yield to the other fibers, and the stream lets
      * it start only after the call before it on that stream has ended anyway. */
-    t->overlap = w->nops == 0 && w->ncolls == 1 && !comm->check_mismatch && w->staged == NULL;
+    t->overlap = w->nops == 0 && w->ncolls == 1 && !comm->check_mismatch && w->staged == NULL &&
+                 !coll_algo_quick(comm, w->colls[0].f, &w->colls[0].a);
     if (!t->overlap)
         return;
     const struct coll_work_coll *c = &w->colls[0];
@@ -471,37 +542,64 @@ static void task_ranges(const struct coll_comm *comm, struct coll_task *t)
     t->hi[1] = c->a.recvbuf != NULL ? t->lo[1] + out : t->lo[1];
 }
 
-collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
-                                struct coll_work *w)
+/* With STREAM_DEPTH_MAX calls queued, waits until half have finished.  It
+ * sleeps at once: room comes after hundreds of calls, and a thread polling
+ * for it would take a core from them. */
+static void async_wait_room(struct coll_comm *comm)
 {
-    struct coll_stream *st = stream_lookup(stream);
-    struct coll_task *t = NULL;
-    collResult_t res = collSuccess;
-    if (st == NULL) {
-        coll_set_error(comm, "%s: stream %p was destroyed before the call was issued", w->name,
-                       stream);
-        res = collInvalidArgument;
-    } else if (coll_calloc(&t, 1) != collSuccess) {
-        coll_set_error(comm, "%s: out of memory queueing the call on its stream", w->name);
-        res = collSystemError;
-    } else {
-        res = async_start(comm);
-    }
-    if (res != collSuccess) {
-        free(t);
-        coll_work_free(w);
-        return res;
-    }
-    t->comm = comm;
-    t->stream = st;
-    t->work = *w;
-    *w = (struct coll_work){0};
-    task_ranges(comm, t);
-
-    /* The stream's order and the comm's queue agree: both are taken under the
-     * queue's lock. */
+    if (atomic_load_explicit(&comm->async_pending, memory_order_relaxed) < STREAM_DEPTH_MAX)
+        return;
     struct coll_async *as = comm->async;
     pthread_mutex_lock(&as->lock);
+    atomic_fetch_add(&as->room_waiters, 1);
+    while (atomic_load(&comm->async_pending) > STREAM_DEPTH_MAX / 2)
+        pthread_cond_wait(&as->cond, &as->lock);
+    atomic_fetch_sub(&as->room_waiters, 1);
+    pthread_mutex_unlock(&as->lock);
+}
+
+/* Before a call is queued on stream: the stream still live, comm's progress
+ * thread started, room in its queue. */
+static collResult_t submit_begin(struct coll_comm *comm, collStream_t stream, const char *name,
+                                 struct coll_stream **st_p)
+{
+    *st_p = stream_lookup(stream);
+    if (*st_p == NULL) {
+        coll_set_error(comm, "%s: stream %p was destroyed before the call was issued", name,
+                       stream);
+        return collInvalidArgument;
+    }
+    COLL_CHECK(async_start(comm));
+    async_wait_room(comm);
+    return collSuccess;
+}
+
+/* Queues the call that tmp describes, in a task reused or allocated; on a
+ * failure the caller still owns tmp's work. */
+static collResult_t submit_queue(struct coll_comm *comm, const struct coll_task *tmp)
+{
+    struct coll_async *as = comm->async;
+    struct coll_stream *st = tmp->stream;
+    pthread_mutex_lock(&as->lock);
+    struct coll_task *t = as->spare;
+    if (t != NULL) {
+        as->spare = t->next;
+        as->nspare--;
+    } else {
+        pthread_mutex_unlock(&as->lock);
+        if (coll_calloc(&t, 1) != collSuccess) {
+            coll_set_error(comm, "%s: out of memory queueing the call on its stream",
+                           tmp->work.name);
+            return collSystemError;
+        }
+        pthread_mutex_lock(&as->lock);
+    }
+    *t = *tmp;
+    if (tmp->work.colls == &tmp->one)
+        t->work.colls = &t->one;
+    task_ranges(comm, t);
+    /* The stream's order and the comm's queue agree: both are taken under the
+     * queue's lock. */
     pthread_mutex_lock(&st->lock);
     t->seq = ++st->issued;
     t->after_same_comm = st->last_comm == comm;
@@ -512,7 +610,6 @@ collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
     else
         as->head = t;
     as->tail = t;
-    as->pending++;
     atomic_fetch_add_explicit(&as->queued, 1, memory_order_release);
     atomic_fetch_add(&comm->async_pending, 1);
     atomic_fetch_add_explicit(&as->changes, 1, memory_order_release);
@@ -521,6 +618,34 @@ collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
     pthread_mutex_unlock(&as->lock);
     coll_fibers_arrived(comm); /* a call in flight lets the new one start */
     return collSuccess;
+}
+
+collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
+                                struct coll_work *w)
+{
+    struct coll_stream *st;
+    collResult_t res = submit_begin(comm, stream, w->name, &st);
+    if (res == collSuccess) {
+        res = submit_queue(comm, &(struct coll_task){.comm = comm, .stream = st, .work = *w});
+        if (res == collSuccess) {
+            *w = (struct coll_work){0};
+            return collSuccess;
+        }
+    }
+    coll_work_free(w);
+    return res;
+}
+
+collResult_t coll_stream_submit_coll(struct coll_comm *comm, collStream_t stream,
+                                     const struct coll_work_coll *c)
+{
+    const char *name = coll_func_name(c->f);
+    struct coll_stream *st;
+    COLL_CHECK(submit_begin(comm, stream, name, &st));
+    struct coll_task tmp = {.comm = comm, .stream = st, .one = *c,
+                            .work = {.ncolls = 1, .name = name}};
+    tmp.work.colls = &tmp.one;
+    return submit_queue(comm, &tmp);
 }
 
 static bool async_drained(const void *arg)
@@ -536,8 +661,10 @@ void coll_stream_quiesce(struct coll_comm *comm)
         return;
     struct coll_async *as = comm->async;
     pthread_mutex_lock(&as->lock);
-    while (as->pending > 0)
+    atomic_fetch_add(&as->drain_waiters, 1);
+    while (atomic_load(&comm->async_pending) > 0)
         pthread_cond_wait(&as->cond, &as->lock);
+    atomic_fetch_sub(&as->drain_waiters, 1);
     pthread_mutex_unlock(&as->lock);
 }
 
@@ -578,6 +705,11 @@ void coll_stream_comm_fini(struct coll_comm *comm)
         return;
     coll_stream_comm_stop(comm);
     coll_fibers_fini(comm);
+    async_keep(as, as->freed); /* none: each round hands its tasks over */
+    for (struct coll_task *t = as->spare, *next; t != NULL; t = next) {
+        next = t->next;
+        free(t);
+    }
     pthread_cond_destroy(&as->cond);
     pthread_mutex_destroy(&as->lock);
     free(as);
@@ -597,7 +729,7 @@ COLL_API collResult_t collStreamCreate(collStream_t *stream)
     }
     pthread_mutex_init(&st->lock, NULL);
     pthread_cond_init(&st->cond, NULL);
-    st->wake_at = UINT64_MAX;
+    atomic_init(&st->wake_at, UINT64_MAX);
     pthread_mutex_lock(&registry_lock);
     st->next = registry;
     registry = st;
@@ -622,7 +754,7 @@ COLL_API collResult_t collStreamQuery(collStream_t stream)
     if (st == NULL)
         return collInvalidArgument;
     pthread_mutex_lock(&st->lock);
-    collResult_t res = atomic_load_explicit(&st->done, memory_order_relaxed) < st->issued
+    collResult_t res = atomic_load_explicit(&st->done, memory_order_acquire) < st->issued
                            ? collInProgress
                            : st->error;
     pthread_mutex_unlock(&st->lock);
@@ -668,6 +800,9 @@ COLL_API collResult_t collStreamDestroy(collStream_t stream)
     }
     /* Work already issued still runs: its peers expect it. */
     collResult_t res = stream_wait(st);
+    /* The last finisher may still be looking at wake_at. */
+    while (atomic_load_explicit(&st->retired, memory_order_acquire) < st->issued)
+        sched_yield();
     pthread_cond_destroy(&st->cond);
     pthread_mutex_destroy(&st->lock);
     free(st);

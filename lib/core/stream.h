@@ -18,6 +18,9 @@ bool coll_stream_is_live(collStream_t stream);
  * progress thread cannot be started. */
 collResult_t coll_stream_submit(struct coll_comm *comm, collStream_t stream,
                                 struct coll_work *w);
+/* The same for one collective outside a group, with nothing to allocate. */
+collResult_t coll_stream_submit_coll(struct coll_comm *comm, collStream_t stream,
+                                     const struct coll_work_coll *c);
 
 /* Waits until comm has no queued work left, so that a call without a stream
  * runs after the calls issued before it.  The caller counts itself in
