@@ -58,6 +58,11 @@
  *             one cut after 8 bytes) and with the other transports' handles: an
  *             error, no crash, within 10 s; can_connect on them says no (or
  *             fails) and yes on the peer's own handle
+ *   more      sends posted with COLL_SEND_MORE: a 16 B send with it then 100 B
+ *             without, received intact; a send with it and nothing after still
+ *             completes (test() sends what was held).  Over TCP, with the
+ *             receives posted first, the pair leaves as one data segment and so
+ *             do 8 sends of 16 B (tcpi_data_segs_out of the socket)
  *   reg       COLL_TP_CAP_NEEDS_REG exactly when reg and dereg are both set.
  *             With reg (verbs): device memory without COLL_TP_CAP_CUDA_MEM is
  *             refused with a NULL handle; an empty range (outside the contract:
@@ -83,6 +88,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <linux/tcp.h> /* struct tcp_info with tcpi_data_segs_out */
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -240,6 +247,7 @@ struct op {
     uint8_t *mem;          /* what buf lies in, freed by op_free */
     void *mh;              /* the handle posted with it: NULL, unregistered */
     void *mh_ctx;          /* when op_free deregisters mh: its context */
+    unsigned flags;        /* a send's isend flags (COLL_SEND_MORE) */
     const uint8_t *want;   /* receive: what must arrive; NULL: not checked */
     struct coll_req *r;
     struct coll_req stand_in; /* OP_PEEK: what waits are given */
@@ -336,7 +344,7 @@ static void op_free(struct op *o)
 static void op_post(struct op *o)
 {
     if (o->kind == OP_SEND)
-        o->res = tp->isend(o->c, o->buf, o->n, o->mh, &o->r);
+        o->res = tp->isend(o->c, o->buf, o->n, o->mh, o->flags, &o->r);
     else if (o->kind == OP_RECV)
         o->res = tp->irecv(o->c, o->buf, o->n, o->mh, &o->r);
     if (o->res != collSuccess)
@@ -798,6 +806,86 @@ static void case_inflight(void)
     for (int i = 0; i < nl; i++)
         link_close(&ls[i]);
     sides_close(3, s);
+}
+
+/* Data segments socket fd sent so far (TCP). */
+static uint32_t data_segs_out(int fd)
+{
+    struct tcp_info ti;
+    socklen_t len = sizeof(ti);
+    memset(&ti, 0, sizeof(ti));
+    REQUIRE(getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0);
+    return ti.tcpi_data_segs_out;
+}
+
+/* k sends on l, each but the last with COLL_SEND_MORE, of the sizes in n[];
+ * the receives posted first when recv_first.  Returns the data segments the
+ * sends left as (TCP), or 0. */
+static uint32_t more_run(struct link *l, const size_t *n, int k, bool recv_first, uint64_t seed)
+{
+    struct op o[16];
+    for (int i = 0; i < k; i++) {
+        op_send(&o[i], l->s, n[i], seed + (uint64_t)i);
+        o[i].flags = i + 1 < k ? COLL_SEND_MORE : 0;
+        op_recv(&o[k + i], OP_RECV, l->r, n[i], o[i].buf);
+    }
+    bool tcp = strcmp(tp->name, "tcp") == 0;
+    if (recv_first)
+        for (int i = 0; i < k; i++)
+            op_post(&o[k + i]);
+    uint32_t segs0 = tcp ? data_segs_out(l->s->fds[0]) : 0;
+    for (int i = 0; i < k; i++)
+        op_post(&o[i]);
+    uint32_t segs = tcp ? data_segs_out(l->s->fds[0]) - segs0 : 0;
+    if (!recv_first)
+        for (int i = 0; i < k; i++)
+            op_post(&o[k + i]);
+    int left = drive(o, 2 * k, LIMIT_MS, CORE_TICK_MS, NULL);
+    CHECK_MSG(left == 0, "%d sends with COLL_SEND_MORE: %d requests pending", k, left);
+    for (int i = 0; i < 2 * k; i++) {
+        char what[64];
+        snprintf(what, sizeof(what), "%s %d of %d (COLL_SEND_MORE)", i < k ? "send" : "message",
+                 i % k, k);
+        op_check(&o[i], what);
+    }
+    for (int i = 0; i < 2 * k; i++)
+        op_free(&o[i]);
+    return segs;
+}
+
+static void case_more(void)
+{
+    struct side s[2];
+    sides_open(2, s);
+    struct link l;
+    link_open(&l, &s[0], &s[1]);
+    static const size_t pair[2] = {16, 100};
+    static const size_t eight[8] = {16, 16, 16, 16, 16, 16, 16, 16};
+    static const size_t alone[1] = {4000};
+    (void)more_run(&l, pair, 2, false, 7000);
+    /* Held with nothing after it: it leaves at test(). */
+    struct op o[2];
+    op_send(&o[0], l.s, alone[0], 7100);
+    o[0].flags = COLL_SEND_MORE;
+    op_recv(&o[1], OP_RECV, l.r, alone[0], o[0].buf);
+    op_post(&o[0]);
+    op_post(&o[1]);
+    int left = drive(o, 2, LIMIT_MS, CORE_TICK_MS, NULL);
+    CHECK_MSG(left == 0, "a send with COLL_SEND_MORE and none after: %d pending", left);
+    op_check(&o[1], "held send");
+    op_check(&o[0], "held send (send)");
+    op_free(&o[0]);
+    op_free(&o[1]);
+    if (strcmp(tp->name, "tcp") == 0) {
+        uint32_t segs = more_run(&l, pair, 2, true, 7200);
+        CHECK_MSG(segs == 1, "header and data with COLL_SEND_MORE left as %u segments, want 1",
+                  segs);
+        segs = more_run(&l, eight, 8, true, 7300);
+        CHECK_MSG(segs == 1, "8 sends of 16 B with COLL_SEND_MORE left as %u segments, want 1",
+                  segs);
+    }
+    link_close(&l);
+    sides_close(2, s);
 }
 
 /* Sends n bytes on l and takes them in place at the other end: o[0] the send,
@@ -1627,7 +1715,7 @@ static const struct test_case cases[] = {
     {"peek", case_peek, 120},        {"wake", case_wake, 240},
     {"shutdown", case_shutdown, 120}, {"close", case_close, 120},
     {"kill", case_kill, 120},        {"handles", case_handles, 120},
-    {"reg", case_reg, 240},
+    {"reg", case_reg, 240},          {"more", case_more, 60},
 };
 #define NCASES ((int)(sizeof(cases) / sizeof(cases[0])))
 

@@ -172,9 +172,10 @@ struct coll_transport {
     collResult_t (*reg)(void *ctx, void *buf, size_t len, enum coll_memtype mt, void **mh_p);
     void (*dereg)(void *ctx, void *mh);
     /* mh: NULL, or a handle from this transport's reg whose range holds
-     * [buf, buf+n); with one, the transport may move the bytes in place. */
+     * [buf, buf+n); with one, the transport may move the bytes in place.
+     * flags: COLL_SEND_MORE or 0. */
     collResult_t (*isend)(struct coll_conn *c, const void *buf, size_t n, void *mh,
-                          struct coll_req **r_p);
+                          unsigned flags, struct coll_req **r_p);
     collResult_t (*irecv)(struct coll_conn *c, void *buf, size_t n, void *mh,
                           struct coll_req **r_p);
     /* Makes progress; *done_p true when r completed (r is then released) with
@@ -197,10 +198,16 @@ struct coll_transport {
     collResult_t (*close)(struct coll_conn *c);
 };
 
+/* An isend flag: the caller posts another send on this connection at once, so
+ * the transport may hold these bytes and let both leave together (TCP: one
+ * sendmsg for a message's header and data).  Held bytes still leave at the
+ * next test() of any request of the connection. */
+#define COLL_SEND_MORE 1u
+
 static inline collResult_t coll_conn_isend(struct coll_conn *c, const void *buf, size_t n,
-                                           void *mh, struct coll_req **r_p)
+                                           void *mh, unsigned flags, struct coll_req **r_p)
 {
-    return c->tp->isend(c, buf, n, mh, r_p);
+    return c->tp->isend(c, buf, n, mh, flags, r_p);
 }
 
 static inline collResult_t coll_conn_irecv(struct coll_conn *c, void *buf, size_t n, void *mh,

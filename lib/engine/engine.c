@@ -393,16 +393,19 @@ static collResult_t lane_take(struct coll_sched *s, struct coll_lane *l, bool *m
 }
 
 /* Posts piece i of connected lane l: where buf() puts it, with the transport's
- * handle for it (ops->handle, or mh when the piece lies in l->reg). */
+ * handle for it (ops->handle, or mh when the piece lies in l->reg).  more: piece
+ * i + 1 is posted right after it (a send then lets the transport join them). */
 static inline collResult_t lane_issue(struct coll_sched *s, struct coll_lane *l, size_t i,
-                                      void *mh, void **buf_p, size_t *bytes_p, struct coll_req **req_p)
+                                      void *mh, bool more, void **buf_p, size_t *bytes_p,
+                                      struct coll_req **req_p)
 {
     s->ops->buf(s->ctx, l, i, buf_p, bytes_p);
     void *buf = *buf_p;
     size_t bytes = *bytes_p;
     mh = s->ops->handle != NULL ? s->ops->handle(s->ctx, l, i, buf, bytes)
          : engine_within(l->reg, l->reg_bytes, buf, bytes) ? mh : NULL;
-    return l->is_send ? coll_exec_isend_mh(l->comm, l->conn, buf, bytes, mh, req_p)
+    return l->is_send ? coll_exec_isend_mh(l->comm, l->conn, buf, bytes, mh,
+                                           more ? COLL_SEND_MORE : 0, req_p)
                       : coll_exec_irecv_mh(l->comm, l->conn, buf, bytes, mh, req_p);
 }
 
@@ -429,13 +432,17 @@ static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *m
             *moved_p = true;
             continue; /* to the loop's test */
         }
+        /* Whether the loop goes on to piece i + 1, asked before i is posted. */
+        bool more = i + 1 < l->total && i + 1 - l->done < l->window && lane_ready(s, l, i + 1);
         struct coll_lane_slot *sl = &l->slot[slot];
         size_t bytes;
-        COLL_CHECK(lane_issue(s, l, i, l->mh, &sl->buf, &bytes, &sl->req));
+        COLL_CHECK(lane_issue(s, l, i, l->mh, more, &sl->buf, &bytes, &sl->req));
         l->posted++;
         *moved_p = true;
         if (l->posted == l->total)
             lane_released(l);
+        if (!more)
+            break;
     } while (l->posted < l->total && l->posted - l->done < l->window &&
              lane_ready(s, l, l->posted));
     return collSuccess;
@@ -686,7 +693,7 @@ static inline collResult_t oneshot_post(struct coll_sched *s, struct coll_lane *
 {
     void *mh = l->reg != NULL ? coll_reg_handle(l->comm, l->conn, l->reg, l->reg_bytes) : NULL;
     l->posted = 1;
-    return lane_issue(s, l, 0, mh, buf_p, bytes_p, req_p);
+    return lane_issue(s, l, 0, mh, false, buf_p, bytes_p, req_p);
 }
 
 /* Tests req[0..n) (NULL: done) until every one is done, waiting in
@@ -799,7 +806,7 @@ collResult_t coll_engine_round(struct coll_comm *comm, const struct coll_xfer *x
     for (int k = 0; k < n; k++) {
         const struct coll_xfer *t = &x[k];
         COLL_CHECK(t->is_send
-                       ? coll_exec_isend_mh(comm, t->conn, t->buf, t->bytes, NULL, &req[k])
+                       ? coll_exec_isend_mh(comm, t->conn, t->buf, t->bytes, NULL, 0, &req[k])
                        : coll_exec_irecv_mh(comm, t->conn, t->buf, t->bytes, NULL, &req[k]));
         if (t->bytes > maxb)
             maxb = t->bytes;

@@ -96,12 +96,12 @@ static void exec_fail(struct coll_comm *comm, struct coll_conn *c, collResult_t 
 }
 
 collResult_t coll_exec_isend_mh(struct coll_comm *comm, struct coll_conn *c, const void *buf,
-                                size_t n, void *mh, struct coll_req **r_p)
+                                size_t n, void *mh, unsigned flags, struct coll_req **r_p)
 {
     *r_p = NULL;
     if (n == 0)
         return collSuccess;
-    collResult_t res = coll_conn_isend(c, buf, n, mh, r_p);
+    collResult_t res = coll_conn_isend(c, buf, n, mh, flags, r_p);
     if (res != collSuccess) {
         exec_fail(comm, c, res);
     } else {

@@ -49,9 +49,10 @@ void coll_exec_begin(struct coll_comm *comm, const char *op_name);
 
 /* Posts a send or receive of n bytes with the transport's handle for the
  * buffer (coll_reg_handle in regcache.h; NULL: none), so that it may move the
- * bytes in place; n == 0 completes at once (*r_p = NULL). */
+ * bytes in place; n == 0 completes at once (*r_p = NULL).  flags: the
+ * transport's (COLL_SEND_MORE). */
 collResult_t coll_exec_isend_mh(struct coll_comm *comm, struct coll_conn *c, const void *buf,
-                                size_t n, void *mh, struct coll_req **r_p);
+                                size_t n, void *mh, unsigned flags, struct coll_req **r_p);
 collResult_t coll_exec_irecv_mh(struct coll_comm *comm, struct coll_conn *c, void *buf,
                                 size_t n, void *mh, struct coll_req **r_p);
 /* Zero-copy receive (transports with recv_peek): *src_p gets up to want bytes

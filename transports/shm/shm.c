@@ -1116,7 +1116,7 @@ static collResult_t shm_post(struct coll_conn *base, void *buf, size_t n, struct
 }
 
 static collResult_t shm_isend(struct coll_conn *c, const void *buf, size_t n, void *mh,
-                              struct coll_req **r_p)
+                              unsigned flags, struct coll_req **r_p)
 {
     return shm_post(c, (void *)(uintptr_t)buf, n, r_p);
 }

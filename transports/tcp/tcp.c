@@ -33,6 +33,7 @@
 #define TCP_REQ_CAP 128          /* requests in flight per connection */
 #define TCP_MIN_PART (64 * 1024) /* below nsocks x this, a message uses one socket */
 #define TCP_MAX_PENDING 256
+#define TCP_GATHER 8             /* requests' parts moved by one system call */
 
 struct tcp_ctx {
     const struct coll_tp_env *env;
@@ -294,47 +295,75 @@ static inline void tcp_part(const struct tcp_conn *c, size_t n, int p, size_t *o
     *len_p = base + ((size_t)p < rem ? 1 : 0);
 }
 
-/* Moves bytes on socket p until the kernel pushes back.  Returns false on error. */
-static bool tcp_progress_sock(struct tcp_conn *c, int p)
+/* Socket p moved k more bytes: its requests whose part is complete (and those
+ * with nothing for it) are done with it. */
+static void tcp_advance(struct tcp_conn *c, int p, size_t k)
 {
-    int fd = c->base.fds[p];
     while (c->pos[p] < c->tail) {
         struct tcp_req *r = &c->reqs[c->pos[p] % TCP_REQ_CAP];
         size_t poff, plen;
         tcp_part(c, r->size, p, &poff, &plen);
-        while (c->off[p] < plen) {
-            char *at = r->buf + poff + c->off[p];
-            size_t want = plen - c->off[p];
-            ssize_t k = c->base.is_send ? send(fd, at, want, MSG_NOSIGNAL | MSG_DONTWAIT)
-                                        : recv(fd, at, want, MSG_DONTWAIT);
-            if (k > 0) {
-                c->off[p] += (size_t)k;
-                continue;
-            }
-            if (k == 0) { /* only recv returns 0: the peer closed */
-                c->base.err_no = 0;
-                c->failed = collRemoteError;
-                return false;
-            }
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return true;
-            if (errno == EINTR)
-                continue;
-            c->base.err_no = errno;
-            c->failed = (errno == EPIPE || errno == ECONNRESET || errno == ESHUTDOWN)
-                            ? collRemoteError
-                            : collSystemError;
-            return false;
+        size_t left = plen - c->off[p];
+        if (k < left) {
+            c->off[p] += k;
+            return;
         }
+        k -= left;
         c->off[p] = 0;
         c->pos[p]++;
         if (--r->parts_left == 0)
             r->done = true;
     }
-    return true;
 }
 
-static collResult_t tcp_post(struct coll_conn *base, void *buf, size_t n,
+/* Moves bytes on socket p until the kernel pushes back, up to TCP_GATHER
+ * requests' parts per system call: a message's header and data leave in one
+ * sendmsg (one segment when small) and arrive in one recvmsg.  Reading the next
+ * request's bytes at once is what two recv calls would do: each request takes
+ * exactly its size.  Returns false on error. */
+static bool tcp_progress_sock(struct tcp_conn *c, int p)
+{
+    int fd = c->base.fds[p];
+    for (;;) {
+        struct iovec iov[TCP_GATHER];
+        int n = 0;
+        size_t off = c->off[p];
+        for (uint64_t q = c->pos[p]; q < c->tail && n < TCP_GATHER; q++, off = 0) {
+            struct tcp_req *r = &c->reqs[q % TCP_REQ_CAP];
+            size_t poff, plen;
+            tcp_part(c, r->size, p, &poff, &plen);
+            if (plen > off)
+                iov[n++] = (struct iovec){.iov_base = r->buf + poff + off, .iov_len = plen - off};
+        }
+        if (n == 0) {
+            tcp_advance(c, p, 0); /* parts of zero length */
+            return true;
+        }
+        struct msghdr m = {.msg_iov = iov, .msg_iovlen = (size_t)n};
+        ssize_t k = c->base.is_send ? sendmsg(fd, &m, MSG_NOSIGNAL | MSG_DONTWAIT)
+                                    : recvmsg(fd, &m, MSG_DONTWAIT);
+        if (k > 0) {
+            tcp_advance(c, p, (size_t)k);
+            continue;
+        }
+        if (k == 0) { /* only recv returns 0: the peer closed */
+            c->base.err_no = 0;
+            c->failed = collRemoteError;
+            return false;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return true;
+        if (errno == EINTR)
+            continue;
+        c->base.err_no = errno;
+        c->failed = (errno == EPIPE || errno == ECONNRESET || errno == ESHUTDOWN)
+                        ? collRemoteError
+                        : collSystemError;
+        return false;
+    }
+}
+
+static collResult_t tcp_post(struct coll_conn *base, void *buf, size_t n, bool more,
                              struct coll_req **r_p)
 {
     struct tcp_conn *c = coll_container_of(base, struct tcp_conn, base);
@@ -360,10 +389,10 @@ static collResult_t tcp_post(struct coll_conn *base, void *buf, size_t n,
     }
     if (r->parts_left == 0)
         r->done = true;
-    /* Start a send at once: the bytes leave a round of the caller's loop earlier,
-     * which is most of the latency of a small message.  A failure is sticky and
-     * reported by test(). */
-    if (base->is_send && !r->done)
+    /* Start a send at once, unless another follows (COLL_SEND_MORE): the bytes
+     * leave a round of the caller's loop earlier, which is most of the latency
+     * of a small message.  A failure is sticky and reported by test(). */
+    if (base->is_send && !r->done && !more)
         for (int p = 0; p < c->nsocks && tcp_progress_sock(c, p); p++)
             ;
     *r_p = &r->base;
@@ -371,15 +400,15 @@ static collResult_t tcp_post(struct coll_conn *base, void *buf, size_t n,
 }
 
 static collResult_t tcp_isend(struct coll_conn *c, const void *buf, size_t n, void *mh,
-                              struct coll_req **r_p)
+                              unsigned flags, struct coll_req **r_p)
 {
-    return tcp_post(c, (void *)(uintptr_t)buf, n, r_p);
+    return tcp_post(c, (void *)(uintptr_t)buf, n, (flags & COLL_SEND_MORE) != 0, r_p);
 }
 
 static collResult_t tcp_irecv(struct coll_conn *c, void *buf, size_t n, void *mh,
                               struct coll_req **r_p)
 {
-    return tcp_post(c, buf, n, r_p);
+    return tcp_post(c, buf, n, false, r_p);
 }
 
 static collResult_t tcp_test(struct coll_req *rbase, bool *done_p, size_t *n_p)

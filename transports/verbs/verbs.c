@@ -1083,7 +1083,7 @@ static collResult_t verbs_post(struct coll_conn *base, void *buf, size_t n, void
 }
 
 static collResult_t verbs_isend(struct coll_conn *c, const void *buf, size_t n, void *mh,
-                                struct coll_req **r_p)
+                                unsigned flags, struct coll_req **r_p)
 {
     return verbs_post(c, (void *)(uintptr_t)buf, n, mh, r_p);
 }
