@@ -3,6 +3,7 @@
 #define COLL_ALLOC_H
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "collective.h"
 #include "log.h"
@@ -18,6 +19,28 @@ static inline collResult_t coll_calloc_at(void **ptr_p, size_t n, size_t size, c
         COLL_WARN("out of memory allocating %zu x %zu bytes at %s:%d", n, size, file, line);
         return collSystemError;
     }
+    *ptr_p = p;
+    return collSuccess;
+}
+
+/* One zeroed object on cache lines of its own (64-byte aligned, its size
+ * rounded up), for structures whose fields are laid out by line: *ptr_p is
+ * freed with free(). */
+#define coll_calloc_lines(ptr_p)                                                               \
+    (*(ptr_p) = NULL, coll_calloc_lines_at((void **)(ptr_p), sizeof(**(ptr_p)), __FILE__,      \
+                                           __LINE__))
+
+static inline collResult_t coll_calloc_lines_at(void **ptr_p, size_t size, const char *file,
+                                                int line)
+{
+    size_t bytes = (size + 63) & ~(size_t)63;
+    void *p = NULL;
+    if (posix_memalign(&p, 64, bytes) != 0) {
+        COLL_WARN("out of memory allocating %zu bytes on cache lines at %s:%d", bytes, file,
+                  line);
+        return collSystemError;
+    }
+    memset(p, 0, bytes);
     *ptr_p = p;
     return collSuccess;
 }

@@ -240,7 +240,6 @@ static collResult_t comm_alloc(struct coll_comm **comm_p, int nranks, int rank,
     atomic_init(&comm->async_error, collSuccess);
     atomic_init(&comm->aborting, false);
     atomic_init(&comm->busy, 0);
-    atomic_init(&comm->async_pending, 0);
     atomic_init(&comm->bytes_sent, 0);
     atomic_init(&comm->bytes_received, 0);
     collResult_t res = coll_engine_init(comm);

@@ -61,22 +61,31 @@
 #define STREAM_SPIN_TIGHT 512
 /* Finished tasks a communicator keeps for its next calls: a loop of small calls
  * allocates nothing, and frees nothing that another thread allocated. */
-#define STREAM_SPARE_MAX 1024
+#define STREAM_SPARE_MAX (STREAM_DEPTH_MAX + STREAM_HANDOVER)
 /* The most calls a communicator holds queued or running: a thread issuing more
  * waits until half have finished, as a CUDA stream's launch queue makes its
  * caller wait.  The queue's memory stays bounded and warm, and its tasks are
  * reused instead of allocated. */
-#define STREAM_DEPTH_MAX STREAM_SPARE_MAX
+#define STREAM_DEPTH_MAX 1024
+/* The progress thread hands finished tasks over for reuse, and takes finished
+ * calls off the count of pending ones, once per this many (and whenever its
+ * queue is empty): each is a cache line the issuing thread then loses. */
+#define STREAM_HANDOVER 32
 
+/* Laid out by cache line (allocated with coll_calloc_lines): what issuing a call
+ * writes, what finishing one writes, and the rest, so that the issuing thread
+ * and a progress thread do not pass lines back and forth at every call. */
 struct coll_stream {
+    /* Issuing. */
     pthread_mutex_t lock;
-    pthread_cond_t cond;   /* done reached wake_at */
     uint64_t issued;       /* pieces of work issued on the stream */
-    /* Pieces finished: they finish in issue order.  Written without the lock:
-     * the finisher stores done, then looks at wake_at; a waiter stores wake_at
-     * (under the lock), then looks at done (both sequentially consistent), and
-     * the finisher takes the lock only to wake a waiter. */
-    _Atomic uint64_t done;
+    const struct coll_comm *last_comm; /* of the piece issued last */
+    collResult_t error;    /* the first failure not yet returned by synchronize */
+    /* Finishing.  Pieces finish in issue order; done is written without the
+     * lock: the finisher stores done, then looks at wake_at; a waiter stores
+     * wake_at (under the lock), then looks at done (both sequentially
+     * consistent), and the finisher takes the lock only to wake a waiter. */
+    _Alignas(64) _Atomic uint64_t done;
     _Atomic uint64_t wake_at; /* the least done a waiter waits for; UINT64_MAX: none.
                             * Waking only then keeps a synchronize of many calls
                             * from taking a core at every call. */
@@ -84,8 +93,7 @@ struct coll_stream {
                             * (a count: two communicators' threads may finish
                             * one piece each and end in either order);
                             * collStreamDestroy frees it only once all have */
-    collResult_t error;    /* the first failure not yet returned by synchronize */
-    const struct coll_comm *last_comm; /* of the piece issued last */
+    _Alignas(64) pthread_cond_t cond; /* done reached wake_at */
     struct coll_stream *next;
 };
 
@@ -106,31 +114,41 @@ struct coll_task {
 };
 
 /* A communicator's progress thread and its queue. */
+/* Laid out by cache line (coll_calloc_lines): what issuing a call and taking
+ * it from the queue change under the lock share the lock's line; what only
+ * issuing threads change at every call comes next; the progress thread's own
+ * fields last. */
 struct coll_async {
-    pthread_t thread;
     pthread_mutex_t lock;
-    pthread_cond_t cond;   /* queue grew, or pending fell to what a waiter waits for */
     struct coll_task *head, *tail;
-    /* The progress thread's: calls in flight in fibers, oldest first. */
-    struct coll_task *fly[COLL_FIBERS_MAX];
-    int nfly;
-    atomic_int peak;       /* the most in flight so far */
-    _Atomic uint64_t changes; /* calls queued or retired: the queue's head may fit now */
-    /* Threads waiting (on cond) for comm->async_pending, the calls queued or
-     * running, to reach 0, and to fall to STREAM_DEPTH_MAX / 2.  A waiter counts
-     * itself, then looks at async_pending; the progress thread lowers it, then
-     * looks at the counts (all sequentially consistent), so no wake-up is lost
-     * and none is made while nobody waits. */
-    atomic_int drain_waiters;
-    atomic_int room_waiters;
     atomic_int queued;     /* tasks in the queue (changed under lock, polled without) */
     bool sleeping;         /* the thread waits on cond for work: a new call wakes it */
-    struct coll_task *spare; /* finished tasks to reuse */
+
+    _Alignas(64) atomic_int pending; /* calls queued or running */
+    _Atomic uint64_t changes; /* calls queued or retired: the queue's head may fit now */
+    struct coll_task *spare; /* finished tasks to reuse (under lock) */
     int nspare;
-    /* The progress thread's: tasks finished since it last took the lock. */
-    struct coll_task *freed;
+    /* Threads waiting (on cond) for pending to reach 0, and to fall to
+     * STREAM_DEPTH_MAX / 2.  A waiter counts itself, then looks at pending;
+     * the progress thread lowers it, then looks at the counts (all sequentially consistent), so no wake-up is lost
+     * and none is made while nobody waits.  It lowers it at most every
+     * STREAM_HANDOVER calls and whenever its queue is empty, so it is 0 exactly
+     * when all are done, and an issuing thread keeps its line. */
+    atomic_int drain_waiters;
+    atomic_int room_waiters;
+    pthread_cond_t cond;   /* queue grew, or pending fell to what a waiter waits for */
+    pthread_t thread;
     atomic_bool stop;      /* end once the queue is empty */
     bool stopped;          /* the thread was joined */
+
+    /* The progress thread's. */
+    _Alignas(64) struct coll_task *fly[COLL_FIBERS_MAX]; /* calls in flight in fibers,
+                                                          * oldest first */
+    int nfly;
+    atomic_int peak;       /* the most in flight so far */
+    struct coll_task *freed; /* tasks finished, not yet handed over for reuse */
+    int nfreed;
+    int unposted;          /* calls finished, not yet taken off pending */
 };
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -283,6 +301,7 @@ static void task_retire(struct coll_task *t, collResult_t res)
     atomic_fetch_add_explicit(&st->retired, 1, memory_order_release);
     t->next = as->freed;
     as->freed = t;
+    as->nfreed++;
 }
 
 /* Waits until t's stream's earlier pieces are done, when they are not on this
@@ -368,8 +387,11 @@ static void async_keep(struct coll_async *as, struct coll_task *list)
 static void async_lock(struct coll_async *as)
 {
     pthread_mutex_lock(&as->lock);
-    async_keep(as, as->freed);
-    as->freed = NULL;
+    if (as->nfreed >= STREAM_HANDOVER || as->head == NULL) {
+        async_keep(as, as->freed);
+        as->freed = NULL;
+        as->nfreed = 0;
+    }
 }
 
 /* k queued calls finished: wakes coll_stream_quiesce and async_wait_room when
@@ -377,7 +399,13 @@ static void async_lock(struct coll_async *as)
 static void async_done(struct coll_comm *comm, int k)
 {
     struct coll_async *as = comm->async;
-    int left = atomic_fetch_sub(&comm->async_pending, k) - k;
+    as->unposted += k;
+    if (as->unposted < STREAM_HANDOVER &&
+        atomic_load_explicit(&as->queued, memory_order_relaxed) > 0)
+        return;
+    k = as->unposted;
+    as->unposted = 0;
+    int left = atomic_fetch_sub(&as->pending, k) - k;
     if ((left == 0 && atomic_load(&as->drain_waiters) > 0) ||
         (left <= STREAM_DEPTH_MAX / 2 && atomic_load(&as->room_waiters) > 0)) {
         pthread_mutex_lock(&as->lock);
@@ -501,7 +529,7 @@ static collResult_t async_start(struct coll_comm *comm)
     if (comm->async != NULL)
         return collSuccess;
     struct coll_async *as;
-    COLL_CHECK(coll_calloc(&as, 1));
+    COLL_CHECK(coll_calloc_lines(&as));
     pthread_mutex_init(&as->lock, NULL);
     pthread_cond_init(&as->cond, NULL);
     comm->async = as;
@@ -547,12 +575,12 @@ static void task_ranges(const struct coll_comm *comm, struct coll_task *t)
  * for it would take a core from them. */
 static void async_wait_room(struct coll_comm *comm)
 {
-    if (atomic_load_explicit(&comm->async_pending, memory_order_relaxed) < STREAM_DEPTH_MAX)
-        return;
     struct coll_async *as = comm->async;
+    if (atomic_load_explicit(&as->pending, memory_order_relaxed) < STREAM_DEPTH_MAX)
+        return;
     pthread_mutex_lock(&as->lock);
     atomic_fetch_add(&as->room_waiters, 1);
-    while (atomic_load(&comm->async_pending) > STREAM_DEPTH_MAX / 2)
+    while (atomic_load(&as->pending) > STREAM_DEPTH_MAX / 2)
         pthread_cond_wait(&as->cond, &as->lock);
     atomic_fetch_sub(&as->room_waiters, 1);
     pthread_mutex_unlock(&as->lock);
@@ -611,7 +639,7 @@ static collResult_t submit_queue(struct coll_comm *comm, const struct coll_task 
         as->head = t;
     as->tail = t;
     atomic_fetch_add_explicit(&as->queued, 1, memory_order_release);
-    atomic_fetch_add(&comm->async_pending, 1);
+    atomic_fetch_add(&as->pending, 1);
     atomic_fetch_add_explicit(&as->changes, 1, memory_order_release);
     if (as->sleeping)
         pthread_cond_broadcast(&as->cond);
@@ -650,19 +678,19 @@ collResult_t coll_stream_submit_coll(struct coll_comm *comm, collStream_t stream
 
 static bool async_drained(const void *arg)
 {
-    const struct coll_comm *comm = arg;
-    return atomic_load_explicit(&comm->async_pending, memory_order_acquire) == 0;
+    const struct coll_async *as = arg;
+    return atomic_load_explicit(&as->pending, memory_order_acquire) == 0;
 }
 
 void coll_stream_quiesce(struct coll_comm *comm)
 {
-    if (atomic_load(&comm->async_pending) == 0 ||
-        stream_spin(async_drained, comm, comm->spin_ns))
-        return;
     struct coll_async *as = comm->async;
+    if (as == NULL || atomic_load(&as->pending) == 0 ||
+        stream_spin(async_drained, as, comm->spin_ns))
+        return;
     pthread_mutex_lock(&as->lock);
     atomic_fetch_add(&as->drain_waiters, 1);
-    while (atomic_load(&comm->async_pending) > 0)
+    while (atomic_load(&as->pending) > 0)
         pthread_cond_wait(&as->cond, &as->lock);
     atomic_fetch_sub(&as->drain_waiters, 1);
     pthread_mutex_unlock(&as->lock);
@@ -723,7 +751,7 @@ COLL_API collResult_t collStreamCreate(collStream_t *stream)
         return collInvalidArgument;
     }
     struct coll_stream *st;
-    if (coll_calloc(&st, 1) != collSuccess) {
+    if (coll_calloc_lines(&st) != collSuccess) {
         coll_set_error(NULL, "collStreamCreate: out of memory");
         return collSystemError;
     }

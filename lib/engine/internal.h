@@ -139,8 +139,9 @@ struct coll_comm {
     struct coll_regcache *regcache;
 
     struct coll_device *device;    /* staging of device buffers (device.c) */
-    struct coll_async *async;      /* progress thread for calls on streams (stream.c) */
-    atomic_int async_pending;      /* calls queued there and not yet done */
+    /* Progress thread for calls on streams (stream.c); set by the first such
+     * call, read by blocking calls of any thread. */
+    struct coll_async *_Atomic async;
     /* Calls in flight at once on the progress thread, each in a fiber
      * (fiber.h): the group, the fibers not ended (the progress thread's), and
      * the same for other threads to read. */
