@@ -116,6 +116,8 @@ static collResult_t ll_wait(struct coll_comm *comm, const struct ll_line *l, uin
             return collSuccess;
         if (spins < LL_SPIN_FREE || spins % LL_LOOK_EVERY != 0)
             continue;
+        if (spins == LL_SPIN_FREE)
+            atomic_store_explicit(&comm->wait_peer, peer, memory_order_relaxed);
         if (spins % LL_YIELD_EVERY == 0)
             COLL_CHECK(ll_failure_heard(comm, peer));
         collResult_t poisoned = (collResult_t)atomic_load(&comm->async_error);

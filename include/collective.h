@@ -177,7 +177,11 @@ COLL_API collResult_t collCommSplit(collComm_t comm, int color, int key, collCom
  *                        listeners, and the lowest live rank decides the members.
  *                        Use it when the survivors do not know who failed.
  *                        collCommCount on the new communicator tells how many
- *                        remain.  A stopped rank is excluded after timeoutMs.
+ *                        remain.  The rank a failure was blamed on (silent for
+ *                        a peer's timeout; every rank hears whom) is waited
+ *                        for a third of timeoutMs (1-10 s), so a stopped rank
+ *                        costs about one timeout in all; another stopped rank
+ *                        is excluded after timeoutMs.
  * comm must still be destroyed or aborted afterwards.
  */
 #define COLL_SHRINK_DEFAULT 0x00
@@ -224,6 +228,23 @@ COLL_API collResult_t collCommDestroy(collComm_t comm);
  * inside a call on the same comm.
  */
 COLL_API collResult_t collCommAbort(collComm_t comm);
+
+/*
+ * collCommRevoke (NCCL 2.29's ncclCommRevoke; MPI ULFM's MPIX_Comm_revoke): stops
+ * every operation in flight on comm at once, in every thread and on every
+ * stream, and tells the other ranks, whose operations on it then fail too.
+ * Those operations return collRemoteError; collGetLastError(comm) says
+ * "revoked by this rank" here and "revoked by rank R" on the others.  It returns
+ * once no call is left inside comm (collInternalError if one in another thread
+ * has not returned within 5 s), and comm stays allocated: every later call on it
+ * fails at once, and collCommShrink (any flags: a revoked communicator is
+ * treated as with COLL_SHRINK_ABORT), collCommDestroy or collCommAbort may
+ * follow.  The survivors of a hung or failed peer thus shrink without waiting
+ * for their own timeouts.  Revoking twice, or a communicator a peer revoked,
+ * is a no-op.  revokeFlags must be 0.
+ * Thread safety: any thread, even while another is inside a call on comm.
+ */
+COLL_API collResult_t collCommRevoke(collComm_t comm, int revokeFlags);
 
 /*
  * collCommGetAsyncError: writes the error that poisoned the communicator (or

@@ -15,7 +15,13 @@
  *      with COLL_SPLIT_NOCOLOR; the groups' collectives are right;
  *   5. collCommShrink without a failure (the last rank excluded and idle), then
  *      the parent communicator still works for every rank;
- *   6. collCommSplit and collCommShrink refusals.
+ *   6. collCommSplit and collCommShrink refusals;
+ *   7. collCommRevoke: refused for a NULL comm and for revokeFlags other than 0
+ *      (naming them, the comm still usable); on an idle communicator split
+ *      from the test's, every rank revokes it: a call on it then fails at once
+ *      saying it was revoked, a second revoke is a no-op, and a shrink with no
+ *      exclusions and no flags gives a communicator that works (test_shrink
+ *      --mode revoke has calls blocked on a stopped rank).
  *
  *   collrun -n N test_comm    or    test_comm --threads N
  */
@@ -325,6 +331,40 @@ static void part_refusals(struct launch_rank *lr)
     LR_CHECK(lr, c == NULL, "a refused call set *newcomm");
 }
 
+static void part_revoke(struct launch_rank *lr)
+{
+    int n = lr->nranks;
+    LR_CHECK_RES(lr, collCommRevoke(NULL, 0), collInvalidArgument, NULL);
+    LR_CHECK(lr, contains(collGetLastError(NULL), "comm"), "%s", collGetLastError(NULL));
+    LR_CHECK_RES(lr, collCommRevoke(lr->comm, 3), collInvalidArgument, lr->comm);
+    LR_CHECK(lr, contains(collGetLastError(lr->comm), "revokeFlags"), "%s",
+             collGetLastError(lr->comm));
+    int v = 1, sum = 0;
+    CHECK_OK(lr, collAllReduce(&v, &sum, 1, collInt32, collSum, lr->comm, NULL), lr->comm);
+    LR_CHECK(lr, sum == n, "allreduce after a refused revoke: %d", sum);
+
+    collComm_t c = NULL;
+    CHECK_OK(lr, collCommSplit(lr->comm, 0, lr->rank, &c, NULL), lr->comm);
+    CHECK_OK(lr, collCommRevoke(c, 0), c);
+    double t0 = launch_now();
+    LR_CHECK_RES(lr, collAllReduce(&v, &sum, 1, collInt32, collSum, c, NULL), collRemoteError,
+                 c);
+    LR_CHECK(lr, launch_now() - t0 < 0.5, "a call on a revoked communicator took %.3f s",
+             launch_now() - t0);
+    LR_CHECK(lr, contains(collGetLastError(c), "revoked"), "%s", collGetLastError(c));
+    CHECK_OK(lr, collCommRevoke(c, 0), c);
+    collComm_t s = NULL;
+    CHECK_OK(lr, collCommShrink(c, NULL, 0, &s, NULL, COLL_SHRINK_DEFAULT), c);
+    int sn = -1;
+    CHECK_OK(lr, collCommCount(s, &sn), s);
+    LR_CHECK(lr, sn == n, "shrink of a revoked communicator: %d ranks, want %d", sn, n);
+    sum = 0;
+    CHECK_OK(lr, collAllReduce(&v, &sum, 1, collInt32, collSum, s, NULL), s);
+    LR_CHECK(lr, sum == n, "allreduce after the shrink of a revoked communicator: %d", sum);
+    CHECK_OK(lr, collCommDestroy(s), NULL);
+    CHECK_OK(lr, collCommDestroy(c), NULL);
+}
+
 static void body(struct launch_rank *lr)
 {
     part_config(lr);
@@ -333,6 +373,7 @@ static void body(struct launch_rank *lr)
     part_split(lr);
     part_shrink(lr);
     part_refusals(lr);
+    part_revoke(lr);
     CHECK_OK(lr, collAllReduce(&lr->rank, &lr->rank, 0, collInt32, collSum, lr->comm, NULL),
              lr->comm);
 }

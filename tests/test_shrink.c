@@ -10,8 +10,16 @@
  *           COLL_SHRINK_ABORT
  *   detect  rank 2 is killed; the survivors pass an empty list and
  *           COLL_SHRINK_ABORT | COLL_SHRINK_DETECT: the library finds it gone
- *   stop    rank 2 is stopped; as detect: it is excluded once it has not answered
- *           for the timeout
+ *   stop    rank 2 is stopped; as detect.  The survivors' calls fail at the timeout,
+ *           which blames rank 2, and the shrink leaves the blamed rank out at once:
+ *           running again takes about one timeout (under 1.6 of it), not two
+ *   revoke  rank 2 is stopped; 500 ms into the call it hangs, rank 0 calls
+ *           collCommRevoke from another thread (COLL_TIMEOUT_MS is 10 s here).
+ *           Rank 0's call returns within 1 s of the revoke, the others' within
+ *           2 s of their call's start, each saying who revoked; the survivors
+ *           shrink with excludeRanksList = {2} and no flag (a revoked communicator
+ *           needs none); afterwards a call on the old one fails at once and a
+ *           second revoke is a no-op
  *
  * -n N runs N ranks instead of 4 (3 to 256): with more than 64, the coordinator
  * takes more joins at once than it once had room for.
@@ -24,6 +32,7 @@
  * survivor also checks it maps no segment after destroying both communicators).
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,12 +48,35 @@
 #define COUNT 4096
 
 static const char *mode = "list";
+static double timeout_s = 3; /* COLL_TIMEOUT_MS */
 static int nranks_all = 4; /* -n */
 static bool verbose;
 
 static double now_s(void)
 {
     return launch_now();
+}
+
+static bool contains(const char *s, const char *part)
+{
+    return s != NULL && strstr(s, part) != NULL;
+}
+
+/* revoke mode: rank 0's thread that revokes the communicator 500 ms in. */
+struct revoker {
+    collComm_t comm;
+    double at;
+    collResult_t res;
+};
+
+static void *revoke_main(void *arg)
+{
+    struct revoker *rv = arg;
+    struct timespec ts = {0, 500 * 1000000};
+    nanosleep(&ts, NULL);
+    rv->at = now_s();
+    rv->res = collCommRevoke(rv->comm, 0);
+    return NULL;
 }
 
 /* Checked allreduce: element k of rank r is (r + 1) * (k % 31) + seed. */
@@ -80,9 +112,20 @@ static int rank_main(int rank)
         new_old_of[q] = q < VICTIM ? q : q + 1; /* the survivors, in order */
     }
     double t_fail = 0;
+    bool revoke = strcmp(mode, "revoke") == 0;
+    struct revoker rv = {.comm = comm};
+    pthread_t rt;
+    bool revoking = false;
     for (int it = 0; it < 200; it++) {
         if (rank == VICTIM && it == 5)
-            raise(strcmp(mode, "stop") == 0 ? SIGSTOP : SIGKILL);
+            raise(strcmp(mode, "stop") == 0 || revoke ? SIGSTOP : SIGKILL);
+        if (revoke && rank == 0 && it == 5) {
+            if (pthread_create(&rt, NULL, revoke_main, &rv) != 0) {
+                fprintf(stderr, "[rank 0] cannot start the revoking thread\n");
+                return 18;
+            }
+            revoking = true;
+        }
         int wrong = 0;
         double t0 = now_s();
         r = checked_allreduce(comm, rank, nranks_all, old_of, it, &wrong);
@@ -103,11 +146,26 @@ static int rank_main(int rank)
     if (verbose)
         fprintf(stderr, "[rank %d] failure after %.3f s: %s\n", rank, t_err - t_fail,
                 collGetLastError(comm));
+    if (revoking) {
+        pthread_join(rt, NULL);
+        if (rv.res != collSuccess || t_err - rv.at > 1.0 ||
+            !contains(collGetLastError(comm), "revoked by this rank")) {
+            fprintf(stderr, "[rank 0] revoke: %s; the call ended %.3f s after it: %s\n",
+                    collGetErrorString(rv.res), t_err - rv.at, collGetLastError(comm));
+            return 19;
+        }
+    } else if (revoke && (t_err - t_fail > 2.0 ||
+                          !contains(collGetLastError(comm), "revoked by rank 0"))) {
+        fprintf(stderr, "[rank %d] after rank 0's revoke the call ended %.3f s after it began: "
+                "%s\n", rank, t_err - t_fail, collGetLastError(comm));
+        return 19;
+    }
 
     collComm_t shrunk = NULL;
     int victim = VICTIM;
-    bool list = strcmp(mode, "list") == 0;
-    int flags = COLL_SHRINK_ABORT | (list ? 0 : COLL_SHRINK_DETECT);
+    bool list = strcmp(mode, "list") == 0 || revoke;
+    int flags = revoke ? COLL_SHRINK_DEFAULT
+                       : COLL_SHRINK_ABORT | (list ? 0 : COLL_SHRINK_DETECT);
     r = collCommShrink(comm, list ? &victim : NULL, list ? 1 : 0, &shrunk, NULL, flags);
     if (r != collSuccess) {
         fprintf(stderr, "[rank %d] shrink failed: %s: %s\n", rank, collGetErrorString(r),
@@ -131,9 +189,26 @@ static int rank_main(int rank)
                     collGetErrorString(r), wrong);
             return 15;
         }
-        if (it == 0)
+        if (it == 0) {
+            double again = now_s() - t_fail;
             printf("rank %d: error after %.3f s, running again %.3f s after the failing call "
-                   "began (%s)\n", rank, t_err - t_fail, now_s() - t_fail, mode);
+                   "began (%s)\n", rank, t_err - t_fail, again, mode);
+            if (strcmp(mode, "stop") == 0 && again > 1.6 * timeout_s) {
+                fprintf(stderr, "[rank %d] running again took %.3f s: more than 1.6 timeouts "
+                        "(%.0f s)\n", rank, again, timeout_s);
+                return 20;
+            }
+        }
+    }
+    if (revoke) {
+        float x = 1;
+        double t0 = now_s();
+        r = collAllReduce(&x, &x, 1, collFloat, collSum, comm, NULL);
+        if (r != collRemoteError || now_s() - t0 > 0.5 || collCommRevoke(comm, 0) != collSuccess) {
+            fprintf(stderr, "[rank %d] the revoked communicator: a call gave %s in %.3f s, or a "
+                    "second revoke failed\n", rank, collGetErrorString(r), now_s() - t0);
+            return 21;
+        }
     }
     fflush(stdout);
     if (collCommDestroy(shrunk) != collSuccess || collCommDestroy(comm) != collSuccess) {
@@ -161,13 +236,14 @@ int main(int argc, char **argv)
         else if (strcmp(argv[i], "-v") == 0)
             verbose = true;
         else {
-            fprintf(stderr, "usage: test_shrink [--transport shm|tcp] [--mode list|detect|stop] "
-                    "[-n N] [-v]\n");
+            fprintf(stderr, "usage: test_shrink [--transport shm|tcp] "
+                    "[--mode list|detect|stop|revoke] [-n N] [-v]\n");
             return 2;
         }
     }
-    if (strcmp(mode, "list") != 0 && strcmp(mode, "detect") != 0 && strcmp(mode, "stop") != 0) {
-        fprintf(stderr, "--mode must be list, detect or stop, not '%s'\n", mode);
+    if (strcmp(mode, "list") != 0 && strcmp(mode, "detect") != 0 && strcmp(mode, "stop") != 0 &&
+        strcmp(mode, "revoke") != 0) {
+        fprintf(stderr, "--mode must be list, detect, stop or revoke, not '%s'\n", mode);
         return 2;
     }
     if (nranks_all < 3 || nranks_all > MAX_RANKS) {
@@ -185,7 +261,11 @@ int main(int argc, char **argv)
     char nr[16];
     snprintf(nr, sizeof(nr), "%d", nranks_all);
     setenv("COLL_NRANKS", nr, 1);
-    setenv("COLL_TIMEOUT_MS", nranks_all > 16 ? "10000" : "3000", 1);
+    if (nranks_all > 16 || strcmp(mode, "revoke") == 0)
+        timeout_s = 10;
+    char tmo[16];
+    snprintf(tmo, sizeof(tmo), "%d", (int)(timeout_s * 1000));
+    setenv("COLL_TIMEOUT_MS", tmo, 1);
     setenv("COLL_TRANSPORTS", transport, 1);
     fflush(NULL);
     static pid_t pids[MAX_RANKS];
@@ -212,7 +292,7 @@ int main(int argc, char **argv)
         }
     }
     int st;
-    if (strcmp(mode, "stop") == 0)
+    if (strcmp(mode, "stop") == 0 || strcmp(mode, "revoke") == 0)
         kill(pids[VICTIM], SIGKILL);
     waitpid(pids[VICTIM], &st, 0);
     if (!WIFSIGNALED(st) || WTERMSIG(st) != SIGKILL) {

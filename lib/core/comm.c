@@ -224,6 +224,8 @@ static collResult_t comm_alloc(struct coll_comm **comm_p, int nranks, int rank,
     comm->nranks = nranks;
     comm->boot_listen_fd = comm->boot_next_fd = comm->boot_prev_fd = -1;
     atomic_init(&comm->failed_peer, -1);
+    atomic_init(&comm->revoked_by, -1);
+    atomic_init(&comm->wait_peer, -1);
     comm->timeout_ms = coll_param_int(COLL_PARAM_TIMEOUT_MS);
     if (comm->timeout_ms <= 0)
         comm->timeout_ms = 300000;
@@ -472,6 +474,49 @@ COLL_API collResult_t collCommAbort(collComm_t comm)
         return collInternalError;
     }
     comm_free(comm);
+    return collSuccess;
+}
+
+/* How long collCommRevoke waits for the calls of other threads to leave: they
+ * notice the poisoning within a poll slice (100 ms). */
+#define REVOKE_WAIT_NS (5LL * 1000000000LL)
+
+COLL_API collResult_t collCommRevoke(collComm_t comm, int revokeFlags)
+{
+    if (comm == NULL) {
+        coll_set_error(NULL, "collCommRevoke: comm is NULL");
+        return collInvalidArgument;
+    }
+    if (revokeFlags != 0) {
+        coll_set_error(comm, "collCommRevoke: revokeFlags is %d; no flag is defined (pass 0)",
+                       revokeFlags);
+        return collInvalidArgument;
+    }
+    if (atomic_load(&comm->init_running))
+        return coll_comm_check_usable(comm, "collCommRevoke");
+    int none = -1;
+    if (atomic_compare_exchange_strong(&comm->revoked_by, &none, comm->rank) &&
+        atomic_load(&comm->async_error) == collSuccess) {
+        coll_flight_dump(comm, "collCommRevoke");
+        coll_set_error(comm, "the communicator was revoked by this rank (%d) with "
+                       "collCommRevoke", comm->rank);
+    }
+    /* The peers hear of it over the bootstrap ring ('R' notices) and fail their
+     * calls on it too; the connections close, so a call blocked in any thread
+     * here or there ends within a poll slice. */
+    coll_comm_poison(comm, collRemoteError);
+    coll_engine_wake(comm);
+    coll_stream_comm_stop(comm); /* queued calls fail at once; the thread ends */
+    int64_t deadline = coll_now_ns() + REVOKE_WAIT_NS;
+    while (atomic_load(&comm->busy) > 0 && coll_now_ns() < deadline) {
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    if (atomic_load(&comm->busy) > 0) {
+        coll_set_error(comm, "collCommRevoke: a call on the communicator in another thread did "
+                       "not return within %lld s", REVOKE_WAIT_NS / 1000000000LL);
+        return collInternalError;
+    }
     return collSuccess;
 }
 

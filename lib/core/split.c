@@ -129,7 +129,18 @@ struct shrink {
     bool *excluded;       /* per old rank: in the list (or found dead) */
     uint64_t excl_hash;
     int64_t timeout_ns;
+    int suspect;          /* COLL_SHRINK_DETECT: the rank the failure was blamed on, -1 */
+    int64_t grace_ns;     /* how long a suspect is waited for */
 };
+
+/* A suspect is waited for a third of the timeout, at least 1 s and at most 10 s:
+ * the survivors hear of a failure within milliseconds of each other, so a live
+ * suspect is in its shrink well within it. */
+static int64_t shrink_grace_ns(int64_t timeout_ns)
+{
+    int64_t g = timeout_ns / 3;
+    return g < 1000000000LL ? 1000000000LL : g > 10000000000LL ? 10000000000LL : g;
+}
 
 static uint64_t shrink_hash(const bool *excluded, int n)
 {
@@ -184,7 +195,7 @@ static collResult_t shrink_join(const struct shrink *sh, int c, struct coll_shri
     struct coll_comm *comm = sh->comm;
     *answered = false;
     int fd, err;
-    int64_t deadline = coll_now_ns() + sh->timeout_ns;
+    int64_t deadline = coll_now_ns() + (c == sh->suspect ? sh->grace_ns : sh->timeout_ns);
     collResult_t res = shrink_connect(sh, c, deadline, &fd);
     if (res != collSuccess)
         return res;
@@ -247,8 +258,13 @@ static collResult_t shrink_coordinate(struct shrink *sh, bool *want, struct coll
         joined[r] = -1;
         missing += want[r];
     }
-    int64_t deadline = coll_now_ns() + sh->timeout_ns;
+    int64_t start = coll_now_ns(), deadline = start + sh->timeout_ns;
+    bool suspect_wanted = sh->suspect >= 0 && want[sh->suspect];
     while (missing > 0 && coll_now_ns() < deadline && !atomic_load(&comm->aborting)) {
+        /* Only the suspect missing, and its grace over: it is not coming. */
+        if (suspect_wanted && missing == 1 && joined[sh->suspect] < 0 &&
+            coll_now_ns() >= start + sh->grace_ns)
+            break;
         struct coll_shrink_join raw, j;
         int fd = coll_hellos_next(comm->boot_listen_fd, &hellos, &raw);
         if (fd < 0) {
@@ -309,8 +325,9 @@ static collResult_t shrink_coordinate(struct shrink *sh, bool *want, struct coll
     int size = 1;
     for (int r = 0; r < n; r++) {
         if (want[r] && joined[r] < 0) {
-            COLL_WARN("shrink: rank %d (%.64s) did not join within %lld ms: excluded", r,
-                      comm->peers[r].info.host, (long long)(sh->timeout_ns / 1000000));
+            COLL_WARN("shrink: rank %d (%.64s)%s did not join within %lld ms: excluded", r,
+                      comm->peers[r].info.host, r == sh->suspect ? ", blamed for the failure," : "",
+                      (long long)((r == sh->suspect ? sh->grace_ns : sh->timeout_ns) / 1000000));
             want[r] = false;
             sh->excluded[r] = true;
         }
@@ -355,6 +372,17 @@ static collResult_t shrink_run(struct shrink *sh, collComm_t *newcomm, const col
     bool detect = sh->flags & COLL_SHRINK_DETECT;
     struct coll_shrink_reply rep;
     collResult_t res = collSuccess;
+    if (detect) {
+        /* The rank a failure was blamed on (silent for a peer's whole timeout,
+         * here or on the rank whose notice reached this one) is waited for only
+         * SHRINK_GRACE: waiting a whole timeout again for a stopped rank would
+         * make two.  Blame is a guess (a rank waiting on a live one that waits on
+         * the stopped one blames the live one), so a live suspect, in its shrink
+         * by then like every survivor, still joins. */
+        int culprit = atomic_load(&comm->failed_peer);
+        if (culprit >= 0 && culprit != me && !sh->excluded[culprit])
+            sh->suspect = culprit;
+    }
     /* Find the coordinator: the lowest survivor. */
     for (int r = 0; r < me; r++) {
         if (sh->excluded[r])
@@ -438,7 +466,8 @@ COLL_API collResult_t collCommShrink(collComm_t comm, int *excludeRanksList,
     if (atomic_load(&comm->init_running) || atomic_load(&comm->finalized))
         return coll_comm_check_usable(comm, "collCommShrink");
     struct shrink sh = {.comm = comm, .flags = shrinkFlags,
-                        .timeout_ns = comm->timeout_ms * 1000000LL};
+                        .timeout_ns = comm->timeout_ms * 1000000LL, .suspect = -1};
+    sh.grace_ns = shrink_grace_ns(sh.timeout_ns);
     COLL_CHECK(coll_calloc(&sh.excluded, (size_t)n));
     collResult_t res = collSuccess;
     for (int i = 0; i < excludeRanksCount; i++) {
@@ -458,9 +487,10 @@ COLL_API collResult_t collCommShrink(collComm_t comm, int *excludeRanksList,
         goto out;
     }
     sh.excl_hash = shrink_hash(sh.excluded, n);
-    if (shrinkFlags & COLL_SHRINK_ABORT) {
+    if ((shrinkFlags & COLL_SHRINK_ABORT) || atomic_load(&comm->revoked_by) >= 0) {
         /* Calls still queued on comm fail now instead of waiting for peers that
-         * may be gone; comm stays allocated until destroyed. */
+         * may be gone; comm stays allocated until destroyed.  A revoked comm is
+         * shrunk so whatever the flags. */
         if (atomic_load(&comm->async_error) == collSuccess)
             coll_set_error(comm, "collCommShrink: the communicator was abandoned for a "
                            "shrunk one");

@@ -585,9 +585,11 @@ collResult_t coll_bootstrap_barrier(struct coll_comm *comm)
 }
 
 #define BOOT_FAILURE_NOTICE 'F'
+#define BOOT_REVOKE_NOTICE 'R'
 
 /* A notice: 'F', then the rank the failure is blamed on (int32, -1: unknown),
- * passed on unchanged, so that every rank can name it. */
+ * or 'R', then the rank that revoked the communicator (collCommRevoke); passed
+ * on unchanged, so that every rank can name it. */
 struct boot_notice {
     char tag;
     int32_t culprit;
@@ -597,7 +599,9 @@ void coll_bootstrap_notify_failure(struct coll_comm *comm)
 {
     if (!comm->boot_watch)
         return; /* during init the ring carries init's own messages */
-    struct boot_notice msg = {BOOT_FAILURE_NOTICE, atomic_load(&comm->failed_peer)};
+    int revoker = atomic_load(&comm->revoked_by);
+    struct boot_notice msg = {revoker >= 0 ? BOOT_REVOKE_NOTICE : BOOT_FAILURE_NOTICE,
+                              revoker >= 0 ? revoker : atomic_load(&comm->failed_peer)};
     int fds[2] = {comm->boot_prev_fd, comm->boot_next_fd};
     for (int i = 0; i < 2; i++)
         if (fds[i] >= 0)
@@ -622,7 +626,7 @@ collResult_t coll_bootstrap_notice_check(struct coll_comm *comm, const struct po
         int side = pfds[i].fd == comm->boot_prev_fd ? 0 : 1;
         struct boot_notice msg = {0, -1};
         ssize_t got = recv(pfds[i].fd, &msg, sizeof(msg), MSG_DONTWAIT);
-        if (got >= 1 && msg.tag == BOOT_FAILURE_NOTICE) {
+        if (got >= 1 && (msg.tag == BOOT_FAILURE_NOTICE || msg.tag == BOOT_REVOKE_NOTICE)) {
             if (atomic_load(&comm->async_error) != collSuccess)
                 return collRemoteError; /* poisoned already: its first cause stands */
             int nr = comm->nranks;
@@ -632,6 +636,23 @@ collResult_t coll_bootstrap_notice_check(struct coll_comm *comm, const struct po
                                   msg.culprit != comm->rank
                               ? msg.culprit
                               : -1;
+            /* A failure blamed on this rank, which is alive: the peer that timed out
+             * waited for it while it waited for another, which it blames instead
+             * (and passes on). */
+            int waited = atomic_load_explicit(&comm->wait_peer, memory_order_relaxed);
+            if (msg.tag == BOOT_FAILURE_NOTICE && got == (ssize_t)sizeof(msg) &&
+                msg.culprit == comm->rank && waited >= 0 && waited < nr && waited != comm->rank)
+                culprit = waited;
+            if (msg.tag == BOOT_REVOKE_NOTICE && culprit >= 0) {
+                /* Not a failure: nobody is blamed, and the notice goes on as one. */
+                coll_set_error(comm, "%s #%llu: the communicator was revoked by rank %d "
+                               "(collCommRevoke; passed on by rank %d)", comm->op_name,
+                               (unsigned long long)comm->seq, culprit, from);
+                int none = -1;
+                atomic_compare_exchange_strong(&comm->revoked_by, &none, culprit);
+                coll_comm_poison(comm, collRemoteError);
+                return collRemoteError;
+            }
             if (culprit >= 0)
                 coll_set_error(comm, "%s #%llu: the communicator failed elsewhere: rank %d "
                                "(%.64s) failed or was cut off (passed on by rank %d)",

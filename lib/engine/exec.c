@@ -211,8 +211,10 @@ static bool exec_on_comm(const struct coll_comm *comm, const struct coll_req *r)
            (comm->peers[c->peer].send_conn == c || comm->peers[c->peer].recv_conn == c);
 }
 
-static void exec_timeout(struct coll_comm *comm, int64_t now, struct coll_req *const *reqs,
-                         int nreqs, int steps)
+/* The connection a wait is for: a receive's, else a send's; NULL when none of
+ * reqs is on comm. */
+static const struct coll_conn *exec_waited_conn(const struct coll_comm *comm,
+                                                struct coll_req *const *reqs, int nreqs)
 {
     const struct coll_conn *c = NULL;
     for (int i = 0; i < nreqs; i++) {
@@ -221,6 +223,13 @@ static void exec_timeout(struct coll_comm *comm, int64_t now, struct coll_req *c
         if (c == NULL || (c->is_send && !reqs[i]->conn->is_send))
             c = reqs[i]->conn;
     }
+    return c;
+}
+
+static void exec_timeout(struct coll_comm *comm, int64_t now, struct coll_req *const *reqs,
+                         int nreqs, int steps)
+{
+    const struct coll_conn *c = exec_waited_conn(comm, reqs, nreqs);
     int64_t still_ms = coll_flight_idle(comm, now);
     char still[48] = "";
     if (still_ms >= 0)
@@ -317,6 +326,9 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
     if (fresh) {
         w->idle_since = now;
         w->woke_idle = false;
+        const struct coll_conn *c = exec_waited_conn(comm, reqs, nreqs);
+        if (c != NULL)
+            atomic_store_explicit(&comm->wait_peer, c->peer, memory_order_relaxed);
     }
     (void)coll_flight_idle(comm, now); /* notes when something last moved */
     if (atomic_load(&comm->aborting)) {

@@ -163,6 +163,9 @@ struct coll_comm {
     uint32_t shrinks;              /* collCommShrink calls on this comm, to tell them apart */
 
     atomic_int failed_peer;        /* the rank a failure is blamed on, -1: none known */
+    atomic_int revoked_by;         /* the rank whose collCommRevoke poisoned it, -1: none */
+    atomic_int wait_peer;          /* the peer this rank's last wait that found nothing to do
+                                    * waited for (-1: none yet) */
     _Atomic int async_error;       /* collResult_t that poisoned the comm */
     atomic_bool aborting;
     atomic_int busy;               /* threads inside a call on this comm */

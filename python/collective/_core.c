@@ -518,6 +518,29 @@ static PyObject *comm_abort(PyObject *self, PyObject *unused)
     Py_RETURN_NONE;
 }
 
+PyDoc_STRVAR(revoke_doc,
+"revoke($self)\n--\n\n"
+"Stops every operation in flight on the communicator, here and on the other ranks\n"
+"(collCommRevoke): calls blocked on it in any thread raise RemoteError saying it\n"
+"was revoked, and so does every later call, except shrink(), destroy() and\n"
+"abort().  Returns once no call is left inside it.  May be called from any\n"
+"thread at any time.  Idempotent.");
+
+static PyObject *comm_revoke(PyObject *self, PyObject *unused)
+{
+    struct py_comm *c = (struct py_comm *)self;
+    if (c->comm == NULL)
+        return coll_py_raise_comm(c, collInvalidUsage);
+    collComm_t comm = c->comm;
+    collResult_t res;
+    Py_BEGIN_ALLOW_THREADS
+    res = collCommRevoke(comm, 0);
+    Py_END_ALLOW_THREADS
+    if (res != collSuccess)
+        return coll_py_raise_comm(c, res);
+    Py_RETURN_NONE;
+}
+
 PyDoc_STRVAR(last_error_doc,
 "last_error($self)\n--\n\n"
 "The library's text for the last failure on this communicator\n"
@@ -691,6 +714,7 @@ static PyMethodDef comm_life_methods[] = {
      shrink_doc},
     {"destroy", comm_destroy, METH_NOARGS, destroy_doc},
     {"abort", comm_abort, METH_NOARGS, abort_doc},
+    {"revoke", comm_revoke, METH_NOARGS, revoke_doc},
     {"last_error", comm_last_error, METH_NOARGS, last_error_doc},
     {"async_error", comm_async_error, METH_NOARGS, async_error_doc},
     {"bytes", comm_bytes, METH_NOARGS, bytes_doc},

@@ -427,6 +427,21 @@ if N > 1:
         small.destroy()
     comm.barrier()
 
+# revoke(): every rank revokes a copy; calls on it then fail, shrink() still works.
+dup = comm.split(0, key=R)
+dup.revoke()
+dup.revoke()  # idempotent
+expect_error(lambda: dup.allreduce(np.ones(2)), collective.RemoteError, ["revoked"],
+             "a call on a revoked communicator")
+again = dup.shrink()
+v = np.ones(2)
+again.allreduce(v)
+check(np.all(v == N), "allreduce after shrinking a revoked communicator")
+again.destroy()
+dup.destroy()
+expect_error(lambda: dup.revoke(), collective.InvalidUsage, ["destroyed"],
+             "revoke on a destroyed communicator")
+
 # The constructor, with a unique id sent over the first communicator.
 uid = bytearray(collective._core.UNIQUE_ID_BYTES)
 if R == 0:
