@@ -733,7 +733,7 @@ void coll_stream_comm_fini(struct coll_comm *comm)
         return;
     coll_stream_comm_stop(comm);
     coll_fibers_fini(comm);
-    async_keep(as, as->freed); /* none: each round hands its tasks over */
+    async_keep(as, as->freed); /* the last round's, not yet handed over */
     for (struct coll_task *t = as->spare, *next; t != NULL; t = next) {
         next = t->next;
         free(t);
