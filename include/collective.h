@@ -247,6 +247,36 @@ COLL_API collResult_t collCommAbort(collComm_t comm);
 COLL_API collResult_t collCommRevoke(collComm_t comm, int revokeFlags);
 
 /*
+ * collCommGetUniqueId (NCCL 2.29's ncclCommGetUniqueId): on rank 0 of comm, an
+ * id for collCommGrow.  It starts a root as collGetUniqueId does, which serves
+ * one grow and gives up comm's timeout after the first rank registers.  Hand
+ * the id to the processes that will join (by any means); each id works once.
+ * Other ranks get collInvalidUsage.
+ * Thread safety: as any call on comm.
+ */
+COLL_API collResult_t collCommGetUniqueId(collComm_t comm, collUniqueId *uniqueId);
+
+/*
+ * collCommGrow (NCCL 2.29's ncclCommGrow): a communicator of nRanks ranks made
+ * of comm's ranks, which keep their ranks, and nRanks - size(comm) new ones.
+ *   - every rank of comm calls it with comm, rank -1, and uniqueId: rank 0 the
+ *     id from its collCommGetUniqueId(comm), the others NULL (ignored);
+ *   - each new process calls it with comm NULL, that id and its rank, one of
+ *     size(comm) .. nRanks - 1 (distinct).
+ * All callers get *newcomm; comm is left as it was (destroy it when done).
+ * config as in collCommSplit (NULL: comm's settings; a new rank's: defaults).
+ * Refused at once, naming the argument: nRanks not above comm's size, rank not
+ * -1 on comm's ranks or outside size(comm)..nRanks-1 on a new one, an id not
+ * made by collCommGetUniqueId (of this communicator, on its ranks), one used
+ * already.  A wrong nRanks on some caller, a duplicate new rank, or a new rank
+ * that never comes or dies during the grow fails it on every caller within
+ * the timeout, saying why.
+ * Thread safety: as collCommSplit.
+ */
+COLL_API collResult_t collCommGrow(collComm_t comm, int nRanks, const collUniqueId *uniqueId,
+                                   int rank, collComm_t *newcomm, collConfig_t *config);
+
+/*
  * collCommGetAsyncError: writes the error that poisoned the communicator (or
  * collSuccess) to *asyncError.
  * Thread safety: any thread.

@@ -12,11 +12,13 @@
  * collective with exact results (allreduce, broadcast and ncclBcast, reduce,
  * allgather, reduce-scatter with ncclAvg, ncclAlltoAll, gather, scatter), a ring
  * of ncclSend/ncclRecv in a group, ncclCommSplit and a collective on the new
- * communicator, and the refusals: an fp8 type, ncclRedOpCreatePreMulSum, a NULL
+ * communicator, ncclCommGetUniqueId and ncclCommGrow (the last rank split off,
+ * then taken back as a new rank), ncclCommRevoke, and the refusals: an fp8 type, ncclRedOpCreatePreMulSum, a NULL
  * buffer, each with a message from ncclGetLastError naming what was wrong.
  * Exits 0 when every check passed.
  */
 #include <pthread.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -176,6 +178,66 @@ static void check_split(struct rank_ctx *c)
     OK(ncclCommDestroy(sub));
 }
 
+/* ncclCommGetUniqueId and ncclCommGrow: ranks 0..n-2 split off a communicator,
+ * its rank 0 makes a grow id and hands it to the last rank over the full
+ * communicator, and all grow it back to n ranks, the last one as a new rank. */
+static void check_grow(struct rank_ctx *c)
+{
+    if (c->n < 2)
+        return;
+    ncclComm_t part = NULL, grown = NULL;
+    bool old = c->rank < c->n - 1;
+    OK(ncclCommSplit(c->comm, old ? 0 : NCCL_SPLIT_NOCOLOR, c->rank, &part, NULL));
+    ncclUniqueId id;
+    memset(&id, 0, sizeof(id));
+    if (c->rank == 0)
+        OK(ncclCommGetUniqueId(part, &id));
+    OK(ncclBroadcast(&id, &id, sizeof(id), ncclUint8, 0, c->comm, NULL));
+    if (old)
+        OK(ncclCommGrow(part, c->n, c->rank == 0 ? &id : NULL, -1, &grown, NULL));
+    else
+        OK(ncclCommGrow(NULL, c->n, &id, c->rank, &grown, NULL));
+    if (grown == NULL) {
+        CHECK(0, "ncclCommGrow gave no communicator");
+        return;
+    }
+    int count = -1, me = -1, one = 1, sum = 0;
+    OK(ncclCommCount(grown, &count));
+    OK(ncclCommUserRank(grown, &me));
+    CHECK(count == c->n && me == c->rank, "grown: rank %d of %d", me, count);
+    OK(ncclAllReduce(&one, &sum, 1, ncclInt32, ncclSum, grown, NULL));
+    CHECK(sum == c->n, "allreduce on the grown communicator: %d, want %d", sum, c->n);
+    /* A rank of a communicator passes rank -1. */
+    if (old) {
+        ncclComm_t x = NULL;
+        ncclResult_t r = ncclCommGrow(part, c->n, NULL, 0, &x, NULL);
+        CHECK(r == ncclInvalidArgument && strstr(ncclGetLastError(part), "pass -1") != NULL,
+              "rank 0 on a rank of the communicator: %s (%s)", ncclGetErrorString(r),
+              ncclGetLastError(part));
+        OK(ncclCommDestroy(part));
+    }
+    OK(ncclCommDestroy(grown));
+}
+
+/* ncclCommRevoke on a communicator of this rank alone: later calls fail at
+ * once with the reason, a second revoke is a no-op, and it is destroyed. */
+static void check_revoke(struct rank_ctx *c)
+{
+    ncclComm_t one = NULL;
+    OK(ncclCommSplit(c->comm, c->rank, 0, &one, NULL));
+    if (one == NULL)
+        return;
+    ncclResult_t r = ncclCommRevoke(one, 1);
+    CHECK(r == ncclInvalidArgument, "revokeFlags 1: %s", ncclGetErrorString(r));
+    OK(ncclCommRevoke(one, 0));
+    int x = 1, y = 0;
+    r = ncclAllReduce(&x, &y, 1, ncclInt32, ncclSum, one, NULL);
+    CHECK(r != ncclSuccess && strstr(ncclGetLastError(one), "revoked") != NULL,
+          "allreduce after revoke: %s (%s)", ncclGetErrorString(r), ncclGetLastError(one));
+    OK(ncclCommRevoke(one, 0));
+    OK(ncclCommDestroy(one));
+}
+
 static void check_refusals(struct rank_ctx *c)
 {
     float x = 1, y;
@@ -211,6 +273,8 @@ static void body(struct rank_ctx *c)
     CHECK(dev == -1, "device %d without CUDA, want -1", dev);
     check_collectives(c);
     check_split(c);
+    check_grow(c);
+    check_revoke(c);
     check_refusals(c);
     OK(ncclCommFinalize(c->comm));
     OK(ncclCommDestroy(c->comm));

@@ -79,6 +79,7 @@ struct sweep_opts {
     enum sweep_mode mode;
     unsigned kinds; /* bit per enum sweep_kind */
     bool verbose;
+    int grow_from;  /* --grow-from K: sweep a communicator grown from K ranks */
 };
 
 struct dtype_info {
@@ -1021,9 +1022,67 @@ static void same_everywhere(struct sweep_rank *sr)
     }
 }
 
+/* --grow-from K: ranks 0..K-1 of the launcher's communicator split off a
+ * communicator of their own, rank 0 makes a grow id and passes it to every rank
+ * over the launcher's communicator, and all grow the small one back to the
+ * launcher's size: ranks below K with their small communicator (keeping their
+ * ranks), the others as new ranks.  The sweep then runs on the grown one, with
+ * the small one still alive beside it (checked before and after). */
+static collComm_t grow_for_sweep(struct launch_rank *lr, int from, collComm_t *small_p)
+{
+    collComm_t outer = lr->comm, small = NULL, grown = NULL;
+    if (from < 1 || from >= lr->nranks)
+        launch_fatal(lr, "--grow-from %d: must be in [1, %d)", from, lr->nranks);
+    LR_MUST(lr, collCommSplit(outer, lr->rank < from ? 0 : COLL_SPLIT_NOCOLOR, lr->rank, &small,
+                              NULL), outer);
+    collUniqueId id;
+    memset(&id, 0, sizeof(id));
+    if (lr->rank == 0)
+        LR_MUST(lr, collCommGetUniqueId(small, &id), small);
+    LR_MUST(lr, collBroadcast(&id, &id, sizeof(id), collUint8, 0, outer, NULL), outer);
+    if (lr->rank < from) {
+        int n = -1;
+        LR_MUST(lr, collCommCount(small, &n), small);
+        if (n != from)
+            launch_fatal(lr, "the split communicator has %d ranks, not %d", n, from);
+        LR_MUST(lr, collCommGrow(small, lr->nranks, lr->rank == 0 ? &id : NULL, -1, &grown,
+                                 NULL), small);
+    } else {
+        LR_MUST(lr, collCommGrow(NULL, lr->nranks, &id, lr->rank, &grown, NULL), NULL);
+    }
+    int n = -1, r = -1;
+    LR_MUST(lr, collCommCount(grown, &n), grown);
+    LR_MUST(lr, collCommUserRank(grown, &r), grown);
+    if (n != lr->nranks || r != lr->rank)
+        launch_fatal(lr, "grown communicator: rank %d of %d, want %d of %d", r, n, lr->rank,
+                     lr->nranks);
+    if (lr->rank == 0) {
+        printf("sweep grew a communicator of %d ranks to %d\n", from, n);
+        fflush(stdout);
+    }
+    *small_p = small;
+    return grown;
+}
+
+/* The small communicator of --grow-from still works: an allreduce of its ranks. */
+static void grow_check_small(struct launch_rank *lr, collComm_t small, int from)
+{
+    if (small == NULL)
+        return;
+    int v = lr->rank + 1, sum = 0;
+    LR_MUST(lr, collAllReduce(&v, &sum, 1, collInt32, collSum, small, NULL), small);
+    LR_CHECK(lr, sum == from * (from + 1) / 2, "allreduce on the communicator grown from: %d, "
+             "want %d", sum, from * (from + 1) / 2);
+}
+
 static void sweep_body(struct launch_rank *lr)
 {
     const struct sweep_opts *opts = lr->arg;
+    collComm_t outer = lr->comm, small = NULL;
+    if (opts->grow_from > 0) {
+        lr->comm = grow_for_sweep(lr, opts->grow_from, &small);
+        grow_check_small(lr, small, opts->grow_from);
+    }
     struct sweep_rank sr = {.lr = lr, .opts = opts};
 
     if (lr->nranks > MAX_NRANKS)
@@ -1043,6 +1102,13 @@ static void sweep_body(struct launch_rank *lr)
     }
     if (opts->kinds & (1u << K_ALLREDUCE))
         same_everywhere(&sr);
+    if (opts->grow_from > 0) {
+        grow_check_small(lr, small, opts->grow_from);
+        LR_MUST(lr, collCommDestroy(lr->comm), NULL);
+        if (small != NULL)
+            LR_MUST(lr, collCommDestroy(small), NULL);
+        lr->comm = outer;
+    }
 }
 
 static void usage(const char *prog)
@@ -1059,6 +1125,8 @@ static void usage(const char *prog)
             "  --mem         buffers from collMemAlloc (allreduce must then take the\n"
             "                direct path from COLL_SHM_DIRECT_BYTES up)\n"
             "  --expect-algo NAME  every call (count > 0) but gather and scatter must have run NAME\n"
+            "  --grow-from K the first K ranks make a communicator and grow it to all (collCommGrow);\n"
+            "                the sweep runs on the grown one\n"
             "  -v            one line per case on rank 0\n",
             prog);
     exit(2);
@@ -1113,6 +1181,8 @@ int main(int argc, char **argv)
             large_when_full = true;
         else if (strcmp(argv[i], "--expect-algo") == 0 && i + 1 < argc)
             expect_algo = argv[++i];
+        else if (strcmp(argv[i], "--grow-from") == 0 && i + 1 < argc)
+            opts.grow_from = atoi(argv[++i]);
         else if (strcmp(argv[i], "-v") == 0)
             opts.verbose = true;
         else

@@ -316,6 +316,34 @@ NCCL_EXPORT ncclResult_t ncclCommShrink(ncclComm_t comm, int *excludeRanksList,
     return shim_res(res);
 }
 
+NCCL_EXPORT ncclResult_t ncclCommGetUniqueId(ncclComm_t comm, ncclUniqueId *uniqueId)
+{
+    _Static_assert(sizeof(ncclUniqueId) == sizeof(collUniqueId), "ids of one size");
+    return shim_res(collCommGetUniqueId(C(comm), (collUniqueId *)(void *)uniqueId));
+}
+
+NCCL_EXPORT ncclResult_t ncclCommGrow(ncclComm_t comm, int nRanks, const ncclUniqueId *uniqueId,
+                                      int rank, ncclComm_t *newcomm, ncclConfig_t *config)
+{
+    collConfig_t c, *cp;
+    ncclResult_t r = shim_config(config, &c, &cp, "ncclCommGrow");
+    if (r != ncclSuccess)
+        return r;
+    collUniqueId id;
+    if (uniqueId != NULL)
+        id = shim_id(*uniqueId);
+    collResult_t res = collCommGrow(C(comm), nRanks, uniqueId ? &id : NULL, rank,
+                                    (collComm_t *)(void *)newcomm, cp);
+    if ((res == collSuccess || res == collInProgress) && *newcomm != NULL)
+        shim_set_device(*newcomm, comm ? shim_device(comm, false) : shim_current_device());
+    return shim_res(res);
+}
+
+NCCL_EXPORT ncclResult_t ncclCommRevoke(ncclComm_t comm, int revokeFlags)
+{
+    return shim_res(collCommRevoke(C(comm), revokeFlags));
+}
+
 NCCL_EXPORT const char *ncclGetErrorString(ncclResult_t result)
 {
     return collGetErrorString((collResult_t)result);

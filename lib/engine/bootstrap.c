@@ -34,6 +34,7 @@
 
 struct root_state {
     int lfd;
+    int64_t timeout_ms;  /* from the first registration to giving up */
     uint8_t secret[COLL_SECRET_BYTES];
     char addr[COLL_ADDR_STRLEN];
 };
@@ -92,7 +93,7 @@ static void root_serve(struct root_state *st)
     collResult_t failed = collSuccess;  /* once set, every registration gets fail_msg */
     char fail_msg[BOOT_MSG_BYTES] = "";
     int64_t deadline = INT64_MAX;
-    int64_t timeout_ns = coll_param_int(COLL_PARAM_TIMEOUT_MS) * 1000000LL;
+    int64_t timeout_ns = st->timeout_ms * 1000000LL;
     struct coll_hellos hellos;
     static const struct coll_boot_reply refusal = {
         .magic = BOOT_MAGIC, .status = collInvalidUsage,
@@ -218,10 +219,11 @@ static void *root_thread(void *arg)
 
 /* Starts the root listener thread on ss (port 0 = any). */
 static collResult_t root_start(union coll_sockaddr *ss, socklen_t *len_p,
-                               const uint8_t *secret)
+                               const uint8_t *secret, int64_t timeout_ms)
 {
     struct root_state *st;
     COLL_CHECK(coll_calloc(&st, 1));
+    st->timeout_ms = timeout_ms;
     collResult_t res = coll_socket_listen(ss, len_p, &st->lfd);
     if (res != collSuccess) {
         free(st);
@@ -247,6 +249,11 @@ static collResult_t root_start(union coll_sockaddr *ss, socklen_t *len_p,
 
 collResult_t coll_bootstrap_get_unique_id(struct coll_id *id)
 {
+    return coll_bootstrap_new_id(id, coll_param_int(COLL_PARAM_TIMEOUT_MS));
+}
+
+collResult_t coll_bootstrap_new_id(struct coll_id *id, int64_t root_timeout_ms)
+{
     memset(id, 0, sizeof(*id));
     id->magic = COLL_ID_MAGIC;
     id->format = COLL_ID_FORMAT;
@@ -256,7 +263,7 @@ collResult_t coll_bootstrap_get_unique_id(struct coll_id *id)
     }
     socklen_t len;
     COLL_CHECK(coll_socket_pick_addr(NULL, &id->addr, &len, NULL, 0));
-    COLL_CHECK(root_start(&id->addr, &len, id->secret));
+    COLL_CHECK(root_start(&id->addr, &len, id->secret, root_timeout_ms));
     id->addrlen = len;
     return collSuccess;
 }
@@ -294,14 +301,21 @@ static collResult_t boot_register_once(struct coll_comm *comm, const struct coll
     int fd, err;
     *dropped_p = false;
     /* The first try waits for a root that is not up yet; once it has been up, a
-     * refused connection means it is gone. */
+     * refused connection means it is gone.  A grow id's root was up before the
+     * id existed. */
     collResult_t res = coll_socket_connect((const struct sockaddr *)&id->addr, id->addrlen,
-                                           deadline, !again, &fd);
+                                           deadline, !again && id->grow_from == 0, &fd);
     if (res != collSuccess && again && errno == ECONNREFUSED) {
         coll_set_error(comm, "bootstrap: the root %s closed this rank's registration unanswered "
                        "and now refuses connections: it is gone (the process serving it "
                        "ended)", raddr);
         return collRemoteError;
+    }
+    if (res != collSuccess && id->grow_from != 0) {
+        coll_set_error(comm, "bootstrap: cannot reach the root of this collCommGrow id at %s: "
+                       "%s (it serves one grow: the id was used already, or the process of "
+                       "the communicator's rank 0 has ended)", raddr, strerror(errno));
+        return res == collTimeout ? collTimeout : collRemoteError;
     }
     if (res != collSuccess) {
         coll_set_error(comm, "bootstrap: cannot reach the root at %s within %lld ms: %s", raddr,
@@ -471,7 +485,7 @@ collResult_t coll_bootstrap_prepare(struct coll_comm *comm, const struct coll_id
          * this host's (a name behind NAT, a load balancer), on every address. */
         union coll_sockaddr ss = id->addr;
         socklen_t len = id->addrlen;
-        collResult_t res = root_start(&ss, &len, id->secret);
+        collResult_t res = root_start(&ss, &len, id->secret, comm->timeout_ms);
         if (res != collSuccess && errno == EADDRNOTAVAIL) {
             ss = id->addr;
             len = id->addrlen;
@@ -479,7 +493,7 @@ collResult_t coll_bootstrap_prepare(struct coll_comm *comm, const struct coll_id
                 ss.in.sin_addr.s_addr = htonl(INADDR_ANY);
             else
                 ss.in6.sin6_addr = in6addr_any;
-            res = root_start(&ss, &len, id->secret);
+            res = root_start(&ss, &len, id->secret, comm->timeout_ms);
         }
         if (res != collSuccess) {
             char a[COLL_ADDR_STRLEN];

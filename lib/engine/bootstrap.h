@@ -21,12 +21,21 @@ struct coll_id {
     uint32_t root_is_rank0; /* 1: no listener was started; rank 0 serves the root */
     uint32_t addrlen;
     union coll_sockaddr addr; /* the root's address */
+    /* An id from collCommGetUniqueId, for collCommGrow: the size of the
+     * communicator it grows (its ranks keep 0..grow_from-1), and a fingerprint
+     * of that communicator (its secret hashed), so that its ranks refuse the id
+     * of another one.  0 and 0 in an id from collGetUniqueId. */
+    uint32_t grow_from;
+    uint64_t grow_of;
 };
 _Static_assert(sizeof(struct coll_id) <= COLL_UNIQUE_ID_BYTES, "id must fit collUniqueId");
 
 struct coll_comm;
 
 collResult_t coll_bootstrap_get_unique_id(struct coll_id *id);
+/* An id whose root gives up root_timeout_ms after the first registration
+ * (coll_bootstrap_get_unique_id: COLL_TIMEOUT_MS). */
+collResult_t coll_bootstrap_new_id(struct coll_id *id, int64_t root_timeout_ms);
 /* Id from COLL_COMM_ID (or MASTER_ADDR:MASTER_PORT) and COLL_SECRET. */
 collResult_t coll_bootstrap_id_from_addr(const char *hostport, const char *secret_hex,
                                          struct coll_id *id);

@@ -161,6 +161,10 @@ struct coll_comm {
     atomic_bool init_running;      /* a non-blocking init has not finished */
     atomic_bool finalized;         /* collCommFinalize returned: no new calls */
     uint32_t shrinks;              /* collCommShrink calls on this comm, to tell them apart */
+    /* Rank 0: the secret of the id collCommGetUniqueId made last, and whether a
+     * collCommGrow used it (each id works once). */
+    uint8_t grow_secret[COLL_SECRET_BYTES];
+    int grow_id_state;             /* 0: none made, 1: made, 2: used */
 
     atomic_int failed_peer;        /* the rank a failure is blamed on, -1: none known */
     atomic_int revoked_by;         /* the rank whose collCommRevoke poisoned it, -1: none */

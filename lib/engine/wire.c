@@ -176,6 +176,8 @@ enum coll_wire_verdict coll_wire_id(const void *buf, size_t len, struct coll_id 
         return wire_bad("root_is_rank0 is neither 0 nor 1", why_p);
     if (!coll_wire_addr_ok(&id.addr, id.addrlen))
         return wire_bad("root address of a bad family, length or port", why_p);
+    if (id.grow_from > COLL_WIRE_MAX_NRANKS || (id.grow_from == 0) != (id.grow_of == 0))
+        return wire_bad("grow fields out of range", why_p);
     *out = id;
     return COLL_WIRE_OK;
 }

@@ -2,7 +2,7 @@
  *
  * This file holds the module (constants, get_unique_id, version), the Error
  * hierarchy, the dispatcher shared by every call, the communicator's life cycle
- * (init, from_env, split, shrink, abort, destroy) and the pointer path raw() that
+ * (init, from_env, split, shrink, grow, join, abort, destroy) and the pointer path raw() that
  * collective.torch uses.  _calls.c holds the buffer-protocol collectives and their
  * handles, _stream.c the Stream type, the stream pool and groups.
  *
@@ -470,6 +470,109 @@ static PyObject *comm_shrink(PyObject *self, PyObject *args, PyObject *kwds)
     return comm_wrap(c, newcomm);
 }
 
+PyDoc_STRVAR(grow_id_doc,
+"grow_id($self)\n--\n\n"
+"On rank 0: the 128-byte id of a grow of this communicator\n"
+"(collCommGetUniqueId), for the processes that will join with Comm.join().\n"
+"Each id works once.");
+
+static PyObject *comm_grow_id(PyObject *self, PyObject *unused)
+{
+    struct py_comm *c = (struct py_comm *)self;
+    if (coll_py_comm_enter(c, "grow_id") < 0)
+        return NULL;
+    collUniqueId id;
+    collResult_t res = collCommGetUniqueId(c->comm, &id);
+    if (res != collSuccess)
+        return coll_py_raise_comm(c, res);
+    return PyBytes_FromStringAndSize(id.internal, sizeof(id.internal));
+}
+
+/* A 128-byte id from a bytes-like object, or NULL (None); -1 on error. */
+static int grow_uid(PyObject *obj, const char *fn, collUniqueId *id, bool *set)
+{
+    *set = false;
+    if (obj == NULL || obj == Py_None)
+        return 0;
+    Py_buffer b;
+    if (PyObject_GetBuffer(obj, &b, PyBUF_SIMPLE) < 0)
+        return -1;
+    if (b.len != COLL_UNIQUE_ID_BYTES) {
+        PyBuffer_Release(&b);
+        coll_py_raise_fmt(collInvalidArgument, "%s: uid has %zd bytes, needs %d (from "
+                          "grow_id())", fn, b.len, COLL_UNIQUE_ID_BYTES);
+        return -1;
+    }
+    memcpy(id->internal, b.buf, sizeof(id->internal));
+    PyBuffer_Release(&b);
+    *set = true;
+    return 0;
+}
+
+PyDoc_STRVAR(grow_doc,
+"grow($self, nranks, uid=None)\n--\n\n"
+"A communicator of nranks ranks: this one's, which keep their ranks, and the\n"
+"processes that call Comm.join() with the same uid (collCommGrow).  Every rank\n"
+"of this communicator calls it, rank 0 with the uid from its grow_id(), the\n"
+"others with None.  This communicator is unchanged.  Blocks without the GIL.");
+
+static PyObject *comm_grow(PyObject *self, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"nranks", "uid", NULL};
+    struct py_comm *c = (struct py_comm *)self;
+    int nranks;
+    PyObject *uid_obj = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "i|O:grow", kwlist, &nranks, &uid_obj))
+        return NULL;
+    collUniqueId id;
+    bool set;
+    if (grow_uid(uid_obj, "grow", &id, &set) < 0)
+        return NULL;
+    if (coll_py_comm_enter(c, "grow") < 0)
+        return NULL;
+    collComm_t newcomm = NULL, comm = c->comm;
+    collResult_t res;
+    c->in_call++;
+    Py_BEGIN_ALLOW_THREADS
+    res = collCommGrow(comm, nranks, set ? &id : NULL, -1, &newcomm, NULL);
+    Py_END_ALLOW_THREADS
+    c->in_call--;
+    if (res != collSuccess)
+        return coll_py_raise_comm(c, res);
+    return comm_wrap(c, newcomm);
+}
+
+PyDoc_STRVAR(join_doc,
+"join(nranks, uid, rank)\n--\n\n"
+"Class method, in a new process: joins the grow of a communicator as rank (one\n"
+"of the ranks above the grown communicator's), with the uid its rank 0 made\n"
+"with grow_id() (collCommGrow with no communicator).  Blocks without the GIL\n"
+"until every rank has joined.");
+
+static PyObject *comm_join(PyObject *cls, PyObject *args, PyObject *kwds)
+{
+    static char *kwlist[] = {"nranks", "uid", "rank", NULL};
+    int nranks, rank;
+    PyObject *uid_obj;
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "iOi:join", kwlist, &nranks, &uid_obj, &rank))
+        return NULL;
+    collUniqueId id;
+    bool set;
+    if (grow_uid(uid_obj, "join", &id, &set) < 0)
+        return NULL;
+    if (!set)
+        return coll_py_raise_fmt(collInvalidArgument, "join: uid is None (pass the grow_id() "
+                                 "of the communicator's rank 0)");
+    collComm_t comm = NULL;
+    collResult_t res;
+    Py_BEGIN_ALLOW_THREADS
+    res = collCommGrow(NULL, nranks, &id, rank, &comm, NULL);
+    Py_END_ALLOW_THREADS
+    if (res != collSuccess)
+        return coll_py_raise(res, collGetLastError(NULL));
+    return comm_new_of((PyTypeObject *)cls, comm);
+}
+
 PyDoc_STRVAR(destroy_doc,
 "destroy($self)\n--\n\n"
 "Frees the communicator (collCommDestroy) after the calls still queued on it\n"
@@ -712,6 +815,10 @@ static PyMethodDef comm_life_methods[] = {
     {"split", (PyCFunction)(void (*)(void))comm_split, METH_VARARGS | METH_KEYWORDS, split_doc},
     {"shrink", (PyCFunction)(void (*)(void))comm_shrink, METH_VARARGS | METH_KEYWORDS,
      shrink_doc},
+    {"grow_id", comm_grow_id, METH_NOARGS, grow_id_doc},
+    {"grow", (PyCFunction)(void (*)(void))comm_grow, METH_VARARGS | METH_KEYWORDS, grow_doc},
+    {"join", (PyCFunction)(void (*)(void))comm_join, METH_VARARGS | METH_KEYWORDS | METH_CLASS,
+     join_doc},
     {"destroy", comm_destroy, METH_NOARGS, destroy_doc},
     {"abort", comm_abort, METH_NOARGS, abort_doc},
     {"revoke", comm_revoke, METH_NOARGS, revoke_doc},

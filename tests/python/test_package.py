@@ -442,6 +442,34 @@ dup.destroy()
 expect_error(lambda: dup.revoke(), collective.InvalidUsage, ["destroyed"],
              "revoke on a destroyed communicator")
 
+# grow(): ranks 0..N-2 split off a communicator and take the last rank back in,
+# which joins with Communicator.join() and the id rank 0 made with grow_id().
+if N > 1:
+    old = comm.split(0 if R < N - 1 else None, key=R)
+    gid = bytearray(collective._core.UNIQUE_ID_BYTES)
+    if R == 0:
+        gid[:] = old.grow_id()
+    comm.broadcast(gid, root=0)
+    if R < N - 1:
+        expect_error(lambda: old.grow(N - 1), collective.InvalidArgument, ["does not exceed"],
+                     "grow to no more ranks")
+        grown = old.grow(N, bytes(gid) if R == 0 else None)
+    else:
+        expect_error(lambda: collective.Communicator.join(N, bytes(gid), 0),
+                     collective.InvalidArgument, ["outside"], "join with an existing rank")
+        grown = collective.Communicator.join(N, bytes(gid), R)
+    check(isinstance(grown, collective.Communicator), "grow returns a Communicator")
+    check(grown.size == N and grown.rank == R, "grow: size and rank")
+    v = np.ones(3)
+    grown.allreduce(v)
+    check(np.all(v == N), "allreduce on the grown communicator")
+    grown.destroy()
+    if old is not None:
+        if R == 1:
+            expect_error(old.grow_id, collective.InvalidUsage, ["only rank 0"],
+                         "grow_id on rank 1")
+        old.destroy()
+
 # The constructor, with a unique id sent over the first communicator.
 uid = bytearray(collective._core.UNIQUE_ID_BYTES)
 if R == 0:
