@@ -20,6 +20,17 @@
  * The same document for one rank, without a launcher, is what COLL_TOPO_DUMP_FILE
  * writes at the end of every communicator's init.  docs/topology.md.
  *
+ *   collinfo --flight DIR [--json]      reads the flight records the ranks wrote to
+ *                                       COLL_FLIGHT_DIR=DIR and says which rank is
+ *                                       behind, ahead or missing, and in which call
+ *                                       (flight_report.c; docs/reliability.md)
+ *
+ *   collinfo --status HOST:PORT [--json]
+ *                                       asks every rank of a running job what it is doing,
+ *                                       through the bootstrap listener of one of its ranks
+ *                                       at HOST:PORT, with the secret of COLL_SECRET
+ *                                       (job_status.c; docs/collrun.md)
+ *
  * Exit status: 0, 1 on a failure (the message says which), 2 on bad arguments.
  */
 #include <stdbool.h>
@@ -28,17 +39,59 @@
 #include <string.h>
 
 #include "collective.h"
+#include "flight_report.h"
 #include "info.h"
+#include "job_status.h"
+#include "param.h"
 #include "topo.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: collinfo [--json] [--alone]\n"
+               "       collinfo --flight DIR [--json]\n"
+               "       collinfo --status HOST:PORT [--json]\n"
                "  alone: prints this host's topology and this process's binding;\n"
                "  under a launcher (collrun -n N collinfo): rank 0 prints every rank, per host,\n"
                "  and the transport between each pair of ranks.\n"
-               "  --json   one JSON document on stdout\n"
-               "  --alone  ignore launcher variables: this process only\n");
+               "  --json        one JSON document on stdout\n"
+               "  --alone       ignore launcher variables: this process only\n"
+               "  --flight DIR  read the flight records the ranks wrote to COLL_FLIGHT_DIR=DIR\n"
+               "                and say, per communicator, which rank is behind, ahead or\n"
+               "                missing, and in which call\n"
+               "  --status HOST:PORT  ask every rank of a running job what it is doing, through\n"
+               "                the bootstrap listener of one rank (COLL_DEBUG=INFO logs it);\n"
+               "                the job's secret comes from COLL_SECRET\n");
+}
+
+/* collinfo --status HOST:PORT: the job's secret is COLL_SECRET, or, for a job
+ * started without one, derived from COLL_COMM_ID as its ranks derive it. */
+static int ask_status(const char *hostport, bool json)
+{
+    const char *hex = coll_param_str(COLL_PARAM_SECRET);
+    const char *id = coll_param_str(COLL_PARAM_COMM_ID);
+    if (hex == NULL && id == NULL) {
+        fprintf(stderr, "collinfo: --status needs the job's secret: set COLL_SECRET to it (or "
+                        "COLL_COMM_ID to the job's, when it runs without COLL_SECRET)\n");
+        return 1;
+    }
+    uint8_t secret[COLL_SECRET_BYTES];
+    char err[160];
+    if (!coll_wire_secret_text(id != NULL ? id : "", hex, secret, err, sizeof(err))) {
+        fprintf(stderr, "collinfo: %s\n", err);
+        return 1;
+    }
+    struct coll_job_rank *ranks;
+    int n;
+    if (coll_job_status_table("collinfo", hostport, secret, COLL_JOB_STATUS_WAIT_MS, &ranks,
+                              &n) != 0)
+        return 1;
+    char title[COLL_ADDR_STRLEN + 64];
+    snprintf(title, sizeof(title), "%d rank%s, asked through %s", n, n > 1 ? "s" : "",
+             hostport);
+    int rc = coll_job_status_report("collinfo", ranks, n, secret, COLL_JOB_STATUS_WAIT_MS, json,
+                                    title, stdout);
+    free(ranks);
+    return rc;
 }
 
 static bool under_launcher(void)
@@ -266,9 +319,25 @@ out:
 int main(int argc, char **argv)
 {
     bool json = false, force_alone = false;
+    const char *flight_dir = NULL;
+    const char *status_addr = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--json") == 0) {
             json = true;
+        } else if (strcmp(argv[i], "--flight") == 0) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "collinfo: --flight needs a directory\n");
+                usage(stderr);
+                return 2;
+            }
+            flight_dir = argv[++i];
+        } else if (strcmp(argv[i], "--status") == 0) {
+            if (i + 1 == argc) {
+                fprintf(stderr, "collinfo: --status needs HOST:PORT\n");
+                usage(stderr);
+                return 2;
+            }
+            status_addr = argv[++i];
         } else if (strcmp(argv[i], "--alone") == 0) {
             force_alone = true;
         } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
@@ -280,6 +349,21 @@ int main(int argc, char **argv)
             return 2;
         }
     }
+    /* The records are read alone, whatever launcher runs collinfo. */
+    if (flight_dir != NULL && force_alone) {
+        fprintf(stderr, "collinfo: --flight and --alone exclude each other\n");
+        usage(stderr);
+        return 2;
+    }
+    if (status_addr != NULL && (flight_dir != NULL || force_alone)) {
+        fprintf(stderr, "collinfo: --status goes with --json only\n");
+        usage(stderr);
+        return 2;
+    }
+    if (status_addr != NULL)
+        return ask_status(status_addr, json);
+    if (flight_dir != NULL)
+        return coll_flight_report(flight_dir, json, stdout, stderr);
     struct coll_topo *t;
     if (coll_topo_load(NULL, &t) != collSuccess) {
         fprintf(stderr, "collinfo: cannot read this host's topology (the reason is above)\n");

@@ -3,6 +3,9 @@
  *
  *   collrun -n 4 --timeout 60 test_allreduce --count 1000
  *   collrun --hosts node1:2,node2:2 allreduce_perf -b 8 -e 1G
+ *   collrun status            what every rank of this user's running job is doing: asked
+ *                             over the ranks' bootstrap listeners ("collrun status: the
+ *                             run directory" below; tools/job_status.c)
  *
  * Steps:
  *   1. Pick the rendezvous and a random 128-bit secret.  With every rank on this host: a
@@ -60,6 +63,7 @@
  * host must have this collrun, the program and this directory at the same paths, and a
  * POSIX login shell.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -87,6 +91,8 @@
 #include <sys/wait.h>
 
 #include "collective.h"
+#include "job_status.h"
+#include "log.h"
 #include "param.h"
 
 #define RUN_MAX_RANKS 4096
@@ -215,6 +221,11 @@ struct run_state {
     struct run_topo topo;
     char comm_id[RUN_HOST_MAX + 16];
     char secret[33];
+    /* collrun status: this job's file in the run directory, and the file rank 0
+     * writes its ranks' addresses to (COLL_STATUS_FILE); "" when the run
+     * directory is not usable. */
+    char status_job[PATH_MAX + 32];
+    char status_ranks[PATH_MAX + 32];
     struct run_out outs[2];
     int exit_code; /* -1 until the first failure, timeout or signal decides it */
     enum run_phase phase;
@@ -923,6 +934,8 @@ static _Noreturn void run_child(struct run_state *st, int rank, int out_fd, int 
             setenv("COLL_COMM_ID", st->comm_id, 1) != 0 ||
             setenv("COLL_SECRET", st->secret, 1) != 0)
             goto fail;
+        if (st->status_ranks[0] != '\0' && setenv("COLL_STATUS_FILE", st->status_ranks, 1) != 0)
+            goto fail;
         if (cpus != NULL && sched_setaffinity(0, sizeof *cpus, cpus) != 0)
             goto fail;
     }
@@ -1215,6 +1228,291 @@ static int run_setup_remote(struct run_state *st)
     return 0;
 }
 
+/* ---- collrun status: the run directory ---- */
+
+/* collrun keeps, for `collrun status`, a file per job in a directory of this user's alone
+ * ($XDG_RUNTIME_DIR/collrun, else /tmp/collrun-UID, mode 0700; made when missing):
+ *   PID.job    written by collrun once its ranks run, removed when it exits: its start
+ *              time (to tell a live collrun from a reused pid), nranks, COLL_COMM_ID,
+ *              COLL_SECRET, the program and each rank's pid and host (mode 0600)
+ *   PID.ranks  written by rank 0 of the library (COLL_STATUS_FILE, which collrun sets for
+ *              its ranks on this host) once the communicator is up: every rank's
+ *              bootstrap listener; removed by collrun when it exits
+ * A directory that is not a directory, not this user's or open to others is not used:
+ * the job runs all the same, without status. */
+#define RUN_JOB_VERSION 1
+
+struct run_job {
+    long pid;
+    unsigned long long start; /* the collrun's start time, in clock ticks since boot */
+    int nranks;
+    char comm_id[RUN_HOST_MAX + 16];
+    char secret[256];
+    char program[PATH_MAX];
+};
+
+/* The run directory into dir, made when create; false with the cause in why when it is
+ * missing or not this user's alone. */
+static bool run_status_dir(char *dir, size_t cap, bool create, char *why, size_t whylen)
+{
+    const char *xdg = coll_env_get("XDG_RUNTIME_DIR");
+    int n = xdg != NULL && xdg[0] == '/'
+                ? snprintf(dir, cap, "%s/collrun", xdg)
+                : snprintf(dir, cap, "/tmp/collrun-%u", (unsigned)getuid());
+    if (n < 0 || (size_t)n + 32 >= cap) {
+        snprintf(why, whylen, "the run directory's path is too long");
+        return false;
+    }
+    if (create && mkdir(dir, 0700) != 0 && errno != EEXIST) {
+        snprintf(why, whylen, "cannot create %s: %s", dir, strerror(errno));
+        return false;
+    }
+    struct stat sb;
+    if (lstat(dir, &sb) != 0) {
+        snprintf(why, whylen, "%s: %s", dir, strerror(errno));
+        return false;
+    }
+    if (!S_ISDIR(sb.st_mode) || sb.st_uid != getuid() || (sb.st_mode & 077) != 0) {
+        snprintf(why, whylen, "%s is not a directory of this user's alone (mode 0700): not used",
+                 dir);
+        return false;
+    }
+    return true;
+}
+
+/* A process's start time (field 22 of /proc/PID/stat), 0 when it does not exist. */
+static unsigned long long run_proc_start(long pid)
+{
+    char path[64], buf[1024];
+    snprintf(path, sizeof path, "/proc/%ld/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return 0;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = '\0';
+    char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    for (int field = 2; p != NULL && field < 22; field++) {
+        p = strchr(p + 1, ' ');
+    }
+    return p != NULL ? strtoull(p + 1, NULL, 10) : 0;
+}
+
+/* The paths of this job's files, "" when the run directory cannot be used. */
+static void run_status_paths(struct run_state *st)
+{
+    char dir[PATH_MAX], why[PATH_MAX + 64];
+    st->status_job[0] = st->status_ranks[0] = '\0';
+    if (!run_status_dir(dir, sizeof dir, true, why, sizeof why))
+        return; /* collrun status says why */
+    snprintf(st->status_job, sizeof st->status_job, "%s/%ld.job", dir, (long)st->self);
+    snprintf(st->status_ranks, sizeof st->status_ranks, "%s/%ld.ranks", dir, (long)st->self);
+}
+
+/* Copies s into buf with control characters made '?': one line of a file. */
+static const char *run_status_line(const char *s, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s", s);
+    for (char *c = buf; *c; c++)
+        if ((unsigned char)*c < ' ' || *c == 0x7f)
+            *c = '?';
+    return buf;
+}
+
+/* Writes PID.job (through a rename, so that a reader never sees half of it). */
+static void run_status_write(struct run_state *st)
+{
+    if (st->status_job[0] == '\0')
+        return;
+    char tmp[sizeof st->status_job + 8], prog[PATH_MAX];
+    snprintf(tmp, sizeof tmp, "%s.tmp", st->status_job);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
+    if (f == NULL) {
+        if (fd >= 0)
+            close(fd);
+        st->status_job[0] = '\0';
+        return;
+    }
+    fprintf(f, "collrun-job %d\nstart %llu\nnranks %d\ncomm_id %s\nsecret %s\nprogram %s\n",
+            RUN_JOB_VERSION, run_proc_start((long)st->self), st->opts.nranks, st->comm_id,
+            st->secret, run_status_line(st->opts.argv[0], prog, sizeof prog));
+    for (int r = 0; r < st->opts.nranks; r++)
+        fprintf(f, "rank %d %ld %s\n", r, (long)st->ranks[r].pid,
+                st->hosts[st->ranks[r].host].addr);
+    bool ok = !ferror(f);
+    ok = fclose(f) == 0 && ok;
+    if (!ok || rename(tmp, st->status_job) != 0) {
+        unlink(tmp);
+        st->status_job[0] = '\0';
+    }
+}
+
+static void run_status_remove(const struct run_state *st)
+{
+    if (st->status_job[0] != '\0')
+        unlink(st->status_job);
+    if (st->status_ranks[0] != '\0')
+        unlink(st->status_ranks);
+}
+
+/* Reads a PID.job file; false when it is not one of this version. */
+static bool run_status_read_job(const char *path, long pid, struct run_job *j)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL)
+        return false;
+    memset(j, 0, sizeof *j);
+    j->pid = pid;
+    char line[PATH_MAX + 32];
+    int version = 0, have = 0;
+    while (fgets(line, sizeof line, f) != NULL) {
+        line[strcspn(line, "\n")] = '\0';
+        char *val = strchr(line, ' ');
+        if (val == NULL)
+            continue;
+        *val++ = '\0';
+        if (strcmp(line, "collrun-job") == 0)
+            version = atoi(val);
+        else if (strcmp(line, "start") == 0 && ++have)
+            j->start = strtoull(val, NULL, 10);
+        else if (strcmp(line, "nranks") == 0 && ++have)
+            j->nranks = atoi(val);
+        else if (strcmp(line, "comm_id") == 0 && ++have)
+            snprintf(j->comm_id, sizeof j->comm_id, "%s", val);
+        else if (strcmp(line, "secret") == 0 && ++have)
+            snprintf(j->secret, sizeof j->secret, "%s", val);
+        else if (strcmp(line, "program") == 0)
+            snprintf(j->program, sizeof j->program, "%s", val);
+    }
+    fclose(f);
+    return version == RUN_JOB_VERSION && have == 4;
+}
+
+/* Whether the job's collrun still runs (and is not another process with its pid). */
+static bool run_status_alive(const struct run_job *j)
+{
+    return j->start != 0 && run_proc_start(j->pid) == j->start;
+}
+
+/* "123.job" -> 123; 0 for any other name. */
+static long run_status_job_pid(const char *name)
+{
+    char *end;
+    long pid = strtol(name, &end, 10);
+    return pid > 0 && end != name && strcmp(end, ".job") == 0 ? pid : 0;
+}
+
+static void run_status_usage(FILE *f)
+{
+    fprintf(f, "Usage: collrun status [PID] [--json] [--wait MS]\n"
+               "Asks every rank of this user's running collrun job (or of the one collrun PID\n"
+               "runs) what it is doing: the call in progress, for how long, the peer it waits\n"
+               "for, the last call done; then names the rank the others wait for.  A rank\n"
+               "that does not answer within MS ms (default %d) is reported as such: a\n"
+               "stopped process cannot answer.  Exit codes: 0 a report, 1 no job or no\n"
+               "answer, 2 bad arguments.\n",
+            COLL_JOB_STATUS_WAIT_MS);
+}
+
+/*   collrun status [PID] [--json] [--wait MS] */
+static int run_status_main(int argc, char **argv)
+{
+    bool json = false;
+    long pid = 0;
+    int wait_ms = COLL_JOB_STATUS_WAIT_MS;
+    for (int i = 1; i < argc; i++) {
+        char *end;
+        if (strcmp(argv[i], "--json") == 0) {
+            json = true;
+        } else if (strcmp(argv[i], "--wait") == 0 && i + 1 < argc) {
+            long v = strtol(argv[++i], &end, 10);
+            if (*end != '\0' || end == argv[i] || v < 1 || v > 600000) {
+                fprintf(stderr, "collrun: invalid --wait '%s' (want 1 to 600000 ms)\n", argv[i]);
+                return RUN_EXIT_USAGE;
+            }
+            wait_ms = (int)v;
+        } else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            run_status_usage(stdout);
+            return 0;
+        } else if (pid == 0 && (pid = strtol(argv[i], &end, 10)) > 0 && *end == '\0') {
+            /* the job's collrun */
+        } else {
+            fprintf(stderr, "collrun: status: unexpected argument '%s'\n", argv[i]);
+            run_status_usage(stderr);
+            return RUN_EXIT_USAGE;
+        }
+    }
+    char dir[PATH_MAX], why[PATH_MAX + 64], path[PATH_MAX + 300];
+    if (!run_status_dir(dir, sizeof dir, false, why, sizeof why)) {
+        fprintf(stderr, "collrun: no collrun job of this user to ask: %s\n", why);
+        return 1;
+    }
+    struct run_job job;
+    if (pid > 0) {
+        snprintf(path, sizeof path, "%s/%ld.job", dir, pid);
+        if (!run_status_read_job(path, pid, &job) || !run_status_alive(&job)) {
+            fprintf(stderr, "collrun: no running collrun job of this user has pid %ld (no job "
+                    "file %s, or its collrun has ended)\n", pid, path);
+            return 1;
+        }
+    } else {
+        DIR *d = opendir(dir);
+        int found = 0;
+        char list[2048] = "";
+        size_t len = 0;
+        for (struct dirent *e; d != NULL && (e = readdir(d)) != NULL;) {
+            long p = run_status_job_pid(e->d_name);
+            struct run_job j;
+            if (p == 0)
+                continue;
+            snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+            if (!run_status_read_job(path, p, &j) || !run_status_alive(&j)) {
+                /* Its collrun was killed before it could clean up. */
+                unlink(path);
+                snprintf(path, sizeof path, "%s/%ld.ranks", dir, p);
+                unlink(path);
+                continue;
+            }
+            if (found++ == 0)
+                job = j;
+            coll_buf_printf(list, sizeof list, &len, "\n  %ld  %d ranks  %s", j.pid, j.nranks,
+                            j.program);
+        }
+        if (d != NULL)
+            closedir(d);
+        if (found != 1) {
+            if (found == 0)
+                fprintf(stderr, "collrun: no collrun job of this user is running\n");
+            else
+                fprintf(stderr, "collrun: %d collrun jobs of this user are running; name one "
+                        "(collrun status PID):%s\n", found, list);
+            return 1;
+        }
+    }
+    struct coll_job_rank *ranks;
+    int n;
+    snprintf(path, sizeof path, "%s/%ld.ranks", dir, job.pid);
+    if (coll_job_status_file("collrun", path, &ranks, &n) != 0) {
+        fprintf(stderr, "collrun: rank 0 of job %ld writes that file once its communicator is "
+                "up (collCommInitFromEnv), when it runs on this host; otherwise ask a rank "
+                "with collinfo --status HOST:PORT (COLL_DEBUG=INFO logs it)\n", job.pid);
+        return 1;
+    }
+    uint8_t secret[COLL_SECRET_BYTES];
+    char err[160], title[PATH_MAX + 64];
+    if (!coll_wire_secret_text(job.comm_id, job.secret, secret, err, sizeof err)) {
+        fprintf(stderr, "collrun: job %ld: %s\n", job.pid, err);
+        free(ranks);
+        return 1;
+    }
+    snprintf(title, sizeof title, "collrun job %ld: %d rank%s of %s", job.pid, n,
+             n > 1 ? "s" : "", job.program);
+    int rc = coll_job_status_report("collrun", ranks, n, secret, wait_ms, json, title, stdout);
+    free(ranks);
+    return rc;
+}
+
 static int run_setup(struct run_state *st)
 {
     unsigned char raw[16];
@@ -1254,6 +1552,7 @@ static int run_setup(struct run_state *st)
     }
     for (size_t i = 0; i < sizeof raw; i++)
         snprintf(st->secret + 2 * i, 3, "%02x", raw[i]);
+    run_status_paths(st);
 
     /* Reparented descendants come to collrun, which reaps them: none outlives it. */
     prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -1328,7 +1627,9 @@ static int run_main(const struct run_opts *opts)
      * exits, however it exits. */
     if (st.lifeline[0] >= 0)
         close(st.lifeline[0]);
+    run_status_write(&st);
     run_loop(&st);
+    run_status_remove(&st);
 
     for (int r = 0; r < opts->nranks; r++) {
         free(st.ranks[r].streams[0].line.data);
@@ -1581,6 +1882,7 @@ static void run_help(FILE *f)
 {
     fprintf(f,
             RUN_USAGE
+            "       collrun status [PID] [--json] [--wait MS]\n"
             "       collrun --env | --help | --version\n"
             "\n"
             "Starts N ranks of PROG with COLL_RANK, COLL_NRANKS, COLL_COMM_ID, COLL_SECRET,\n"
@@ -1608,6 +1910,10 @@ static void run_help(FILE *f)
             "                their communicator and go on); the exit code is still the\n"
             "                first failure's\n"
             "  --env         list every COLL_* variable with its default and meaning\n"
+            "  status [PID]  ask every rank of this user's running job (or of the one\n"
+            "                collrun PID runs) what it is doing, and name the rank the\n"
+            "                others wait for; --json: one JSON document; --wait MS: how\n"
+            "                long a rank gets to answer (default %d)\n"
             "  -h, --help    show this help\n"
             "  --version     show the version\n"
             "\n"
@@ -1615,7 +1921,8 @@ static void run_help(FILE *f)
             "exits with the first failure's code (128+N for death by signal N).\n"
             "Exit codes: 0 all ranks succeeded, 2 bad arguments, 124 timeout, 125 collrun\n"
             "failed, 127 PROG cannot be executed, 128+N collrun got signal N.\n",
-            RUN_MAX_RANKS, RUN_PORT_LOW, RUN_PORT_HIGH, RUN_TERM_GRACE_S);
+            RUN_MAX_RANKS, RUN_PORT_LOW, RUN_PORT_HIGH, COLL_JOB_STATUS_WAIT_MS,
+            RUN_TERM_GRACE_S);
 }
 
 __attribute__((format(printf, 1, 2))) static enum run_action run_usage(const char *fmt, ...)
@@ -1803,6 +2110,7 @@ static enum run_action run_parse_args(int argc, char **argv, struct run_opts *o)
             o->prefix = false;
         } else if (strcmp(a, "--keep-going") == 0) {
             o->keep_going = true;
+
         } else if (strcmp(a, "--report-bindings") == 0) {
             o->report_bindings = true;
         } else if (strncmp(a, "-n", 2) == 0) {
@@ -1868,6 +2176,8 @@ static enum run_action run_parse_args(int argc, char **argv, struct run_opts *o)
 
 int main(int argc, char **argv)
 {
+    if (argc > 1 && strcmp(argv[1], "status") == 0)
+        return run_status_main(argc - 1, argv + 1);
     if (argc > 1 && strcmp(argv[1], "--rank-helper") == 0)
         return run_helper_main(argc, argv);
     struct run_opts opts;

@@ -28,6 +28,10 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
     [COLL_PARAM_SECRET] = {"COLL_SECRET", COLL_PARAM_TYPE_STR, NULL,
                            "hex secret every connection must show when the id is built "
                            "from the environment (collrun sets a random one)"},
+    [COLL_PARAM_STATUS_FILE] = {"COLL_STATUS_FILE", COLL_PARAM_TYPE_STR, NULL,
+                                "where rank 0 of collCommInitFromEnv's communicator writes "
+                                "every rank's bootstrap address, for collrun status (collrun "
+                                "sets it)"},
     [COLL_PARAM_RANK] = {"COLL_RANK", COLL_PARAM_TYPE_INT, NULL,
                          "this process's rank, for collCommInitFromEnv"},
     [COLL_PARAM_NRANKS] = {"COLL_NRANKS", COLL_PARAM_TYPE_INT, NULL,
@@ -127,6 +131,10 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
     [COLL_PARAM_HIER_ACROSS] = {"COLL_HIER_ACROSS", COLL_PARAM_TYPE_STR, "auto",
                                 "hier's broadcast and reduce across the hosts: chain "
                                 "(pipelined), tree (binomial), auto (the planner's model)"},
+    [COLL_PARAM_FLIGHT_DIR] = {"COLL_FLIGHT_DIR", COLL_PARAM_TYPE_STR, NULL,
+                               "directory where each rank writes its flight record when a "
+                               "call fails or the communicator is aborted or revoked "
+                               "(collinfo --flight DIR reads them)"},
 };
 
 static pthread_once_t param_once = PTHREAD_ONCE_INIT;

@@ -425,6 +425,18 @@ int coll_hellos_fds(int lfd, const struct coll_hellos *h, int *fds, int cap)
     return n;
 }
 
+bool coll_hellos_adopt(struct coll_hellos *h, int fd)
+{
+    if (h->npend == h->cap)
+        return false;
+    struct coll_hello_wait *p = &h->pend[h->npend++];
+    p->fd = fd;
+    p->got = 0;
+    p->since_ns = coll_now_ns();
+    p->shown = false;
+    return true;
+}
+
 collResult_t coll_hello_connect(const struct coll_hello_dest *to, const void *hello,
                                 size_t bytes, int64_t deadline_ns, int *fd_p, char *err,
                                 size_t errlen)
@@ -468,7 +480,7 @@ int coll_hellos_next(int lfd, struct coll_hellos *h, void *hello)
     int64_t now = coll_now_ns();
     /* A burst at most a few tables long per call, so that a flood cannot keep
      * the caller here: the rest waits in the kernel's backlog. */
-    for (int n = 0; n < 4 * h->cap; n++) {
+    for (int n = 0; lfd >= 0 && n < 4 * h->cap; n++) {
         if (h->npend == h->cap) {
             struct pollfd lp = {.fd = lfd, .events = POLLIN};
             if (poll(&lp, 1, 0) != 1)

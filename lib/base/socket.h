@@ -99,6 +99,12 @@ void coll_hellos_dropped(struct coll_hellos *h, const char *why);
  * clients whose hellos are still coming (so that the rest of a hello wakes the
  * wait), as many as cap holds.  Returns the count. */
 int coll_hellos_fds(int lfd, const struct coll_hellos *h, int *fds, int cap);
+/* Adds a connection accepted elsewhere whose hello has not been read (a
+ * responder that shares the listener hands over connections it recognised by
+ * their magic with MSG_PEEK); from now on coll_hellos_next reads it as its own,
+ * its age counted from now.  False when the table is full: fd stays the
+ * caller's.  coll_hellos_next(-1, h, ...) reads only such connections. */
+bool coll_hellos_adopt(struct coll_hellos *h, int fd);
 
 /* Whom coll_hello_connect connects to, and how its messages name it. */
 struct coll_hello_dest {

@@ -20,6 +20,7 @@
 #include "mismatch.h"
 #include "pattern.h"
 #include "regcache.h"
+#include "status.h"
 #include "stream.h"
 #include "wire.h"
 
@@ -136,6 +137,7 @@ static void comm_free(struct coll_comm *comm)
     if (comm == NULL)
         return;
     comm_init_join(comm);
+    coll_status_unregister(comm); /* before anything it reads goes */
     coll_stream_comm_fini(comm);
     coll_device_comm_fini(comm);
     if (comm->nb_stream != NULL)
@@ -330,6 +332,10 @@ static collResult_t comm_setup(struct coll_comm *comm, const struct coll_id *id)
     }
     coll_info_dump(comm); /* COLL_TOPO_DUMP_FILE */
     comm->boot_watch = true;
+    /* Status queries on the bootstrap listener (collrun status); without them
+     * the communicator works all the same. */
+    if (coll_status_register(comm) != collSuccess)
+        COLL_INFO(COLL_SUBSYS_INIT, "rank %d: status queries will not be answered", rank);
     COLL_INFO(COLL_SUBSYS_INIT, "rank %d of %d ready on %s pid %d%s%s", rank, nranks,
               comm->peers[rank].info.host, (int)getpid(), comm->name[0] ? " comm " : "",
               comm->name);

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 
 #include "internal.h"
+#include "status.h"
 
 struct env_source {
     const char *launcher;
@@ -100,5 +101,10 @@ COLL_API collResult_t collCommInitFromEnv(collComm_t *comm)
     }
     COLL_INFO(COLL_SUBSYS_ENV, "rank %d of %d from %s variables, root %s", rank, nranks,
               src->launcher, root);
-    return coll_comm_create(comm, nranks, &id, rank, NULL);
+    collResult_t res = coll_comm_create(comm, nranks, &id, rank, NULL);
+    /* Where collrun status finds the ranks (collrun sets COLL_STATUS_FILE). */
+    const char *status_file = coll_param_str(COLL_PARAM_STATUS_FILE);
+    if (res == collSuccess && rank == 0 && status_file != NULL && status_file[0] != '\0')
+        coll_status_publish(*comm, status_file);
+    return res;
 }

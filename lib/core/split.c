@@ -7,7 +7,8 @@
  * Shrink is called by the survivors only, so it cannot use the old
  * communicator's collectives, and those may have failed anyway.  It uses the
  * one thing every rank still has: its bootstrap listener, whose address every
- * other rank learned at init.  After init nothing else accepts on it.
+ * other rank learned at init.  After init only the status responder accepts
+ * on it besides, and it hands joins over (below).
  *
  *   member s  --join(secret, epoch, s, exclusion hash)-->  coordinator c
  *             <--ack-------------------------------------   (at once)
@@ -21,7 +22,10 @@
  * refused the connection or was silent for the timeout); the coordinator counts
  * as survivors the ranks that join before its deadline, skipping at once those
  * whose listener refuses connections (the process is gone).  The epoch (shrinks
- * of this communicator so far) keeps apart the joins of successive shrinks. */
+ * of this communicator so far) keeps apart the joins of successive shrinks.
+ * Between shrinks the status responder (lib/engine/status.c) accepts on the
+ * listener; it sets joins aside unread and hands them over when a shrink
+ * begins (coll_status_pause). */
 #include <errno.h>
 #include <poll.h>
 #include <stdlib.h>
@@ -31,6 +35,7 @@
 #include "bootstrap.h"
 #include "internal.h"
 #include "socket.h"
+#include "status.h"
 #include "stream.h"
 #include "wire.h"
 
@@ -131,6 +136,11 @@ struct shrink {
     int64_t timeout_ns;
     int suspect;          /* COLL_SHRINK_DETECT: the rank the failure was blamed on, -1 */
     int64_t grace_ns;     /* how long a suspect is waited for */
+    /* Connections to this rank's listener that the status responder had set
+     * aside unread (joins that came before this shrink): the coordinator reads
+     * them with the others; a member closes them. */
+    int handed[COLL_STATUS_HANDOFF_MAX];
+    int nhanded;
 };
 
 /* A suspect is waited for a third of the timeout, at least 1 s and at most 10 s:
@@ -200,7 +210,8 @@ static collResult_t shrink_join(const struct shrink *sh, int c, struct coll_shri
     if (res != collSuccess)
         return res;
     struct coll_shrink_join j = {.magic = COLL_SHRINK_MAGIC, .epoch = comm->shrinks, .rank = comm->rank,
-                            .flags = (uint32_t)sh->flags, .excl_hash = sh->excl_hash};
+                            .flags = (uint32_t)sh->flags, .excl_hash = sh->excl_hash,
+                            .suspect = sh->suspect};
     memcpy(j.secret, comm->secret, COLL_SECRET_BYTES);
     res = coll_socket_send_all(fd, &j, sizeof(j), deadline, &err);
     if (res == collSuccess)
@@ -229,6 +240,16 @@ static int shrink_check(const void *buf, size_t got, const void *arg, const char
     return coll_wire_shrink_join(buf, got, a->secret, a->epoch, a->nranks, &j, why_p);
 }
 
+/* Whether every rank still expected (want, not joined) is blamed by a survivor. */
+static bool shrink_only_blamed_missing(const bool *want, const int *joined, const bool *blamed,
+                                       int n)
+{
+    for (int r = 0; r < n; r++)
+        if (want[r] && joined[r] < 0 && !blamed[r])
+            return false;
+    return true;
+}
+
 /* As the coordinator: collects the joins of the other survivors, then sends
  * each its new rank and the new id.  want[r]: rank r is expected to join.  The
  * joins are read through coll_hellos, as the bootstrap's listeners are, with room
@@ -243,27 +264,38 @@ static collResult_t shrink_coordinate(struct shrink *sh, bool *want, struct coll
     struct coll_hellos hellos;
     struct shrink_check_arg arg = {.secret = comm->secret, .epoch = comm->shrinks,
                                    .nranks = n};
+    bool *blamed = NULL; /* the coordinator's suspect and every member's */
     collResult_t res = coll_calloc(&joined, (size_t)n);
     if (res == collSuccess)
         res = coll_calloc(&p, (size_t)n + 1);
+    if (res == collSuccess)
+        res = coll_calloc(&blamed, (size_t)n);
     if (res == collSuccess)
         res = coll_hellos_init(&hellos, comm->boot_listen_fd, "shrink: bootstrap listener", n,
                                sizeof(struct coll_shrink_join), shrink_check, &arg);
     if (res != collSuccess) {
         free(joined);
         free(p);
+        free(blamed);
         return res;
     }
+    for (int i = 0; i < sh->nhanded; i++)
+        if (!coll_hellos_adopt(&hellos, sh->handed[i]))
+            close(sh->handed[i]);
+    sh->nhanded = 0;
     for (int r = 0; r < n; r++) {
         joined[r] = -1;
         missing += want[r];
     }
     int64_t start = coll_now_ns(), deadline = start + sh->timeout_ns;
-    bool suspect_wanted = sh->suspect >= 0 && want[sh->suspect];
+    if (sh->suspect >= 0)
+        blamed[sh->suspect] = true;
     while (missing > 0 && coll_now_ns() < deadline && !atomic_load(&comm->aborting)) {
-        /* Only the suspect missing, and its grace over: it is not coming. */
-        if (suspect_wanted && missing == 1 && joined[sh->suspect] < 0 &&
-            coll_now_ns() >= start + sh->grace_ns)
+        /* Only blamed ranks missing, and their grace over: they are not coming.
+         * Blame is each rank's guess (one waiting on a live rank that waits on
+         * the stopped one blames the live one), so every member's counts. */
+        if ((sh->flags & COLL_SHRINK_DETECT) && coll_now_ns() >= start + sh->grace_ns &&
+            shrink_only_blamed_missing(want, joined, blamed, n))
             break;
         struct coll_shrink_join raw, j;
         int fd = coll_hellos_next(comm->boot_listen_fd, &hellos, &raw);
@@ -302,6 +334,8 @@ static collResult_t shrink_coordinate(struct shrink *sh, bool *want, struct coll
         }
         joined[j.rank] = fd;
         missing--;
+        if (j.suspect >= 0)
+            blamed[j.suspect] = true;
     }
     if (atomic_load(&comm->aborting)) {
         coll_set_error(comm, "collCommShrink: aborted");
@@ -326,8 +360,8 @@ static collResult_t shrink_coordinate(struct shrink *sh, bool *want, struct coll
     for (int r = 0; r < n; r++) {
         if (want[r] && joined[r] < 0) {
             COLL_WARN("shrink: rank %d (%.64s)%s did not join within %lld ms: excluded", r,
-                      comm->peers[r].info.host, r == sh->suspect ? ", blamed for the failure," : "",
-                      (long long)((r == sh->suspect ? sh->grace_ns : sh->timeout_ns) / 1000000));
+                      comm->peers[r].info.host, blamed[r] ? ", blamed for the failure," : "",
+                      (long long)((blamed[r] ? sh->grace_ns : sh->timeout_ns) / 1000000));
             want[r] = false;
             sh->excluded[r] = true;
         }
@@ -362,6 +396,7 @@ out:
             close(joined[r]);
     free(joined);
     free(p);
+    free(blamed);
     return res;
 }
 
@@ -504,7 +539,11 @@ COLL_API collResult_t collCommShrink(collComm_t comm, int *excludeRanksList,
     /* The waits here end on an abort of comm from another thread too. */
     coll_socket_set_cancel(&comm->aborting);
     coll_comm_enter(comm);
+    sh.nhanded = coll_status_pause(comm, sh.handed, COLL_STATUS_HANDOFF_MAX);
     res = shrink_run(&sh, newcomm, &cfg);
+    for (int i = 0; i < sh.nhanded; i++)
+        close(sh.handed[i]);
+    coll_status_resume(comm);
     coll_comm_leave(comm);
     coll_socket_set_cancel(NULL);
     comm->shrinks++;

@@ -471,8 +471,9 @@ static collResult_t boot_ring_link(struct coll_comm *comm, int64_t deadline)
     coll_hellos_fini(&hellos);
     /* The listener stays open for the communicator's life: collCommShrink meets
      * the survivors there (lib/core/split.c), and a peer that finds it refusing
-     * connections knows this rank is gone (lib/engine/transport.c).  Nothing else reads
-     * it after init; shrink drops what is not a join of its own. */
+     * connections knows this rank is gone (lib/engine/transport.c).  After init
+     * the status responder reads it (lib/engine/status.c), handing shrink its
+     * joins; shrink drops what is not a join of its own. */
     return res;
 }
 

@@ -24,12 +24,18 @@
  */
 #include "flight.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
+#include "param.h"
 #include "reduce.h"
 
 #define LD(x) atomic_load_explicit(&(x), memory_order_relaxed)
@@ -263,15 +269,50 @@ static const char *const state_names[] = {
     [COLL_FLIGHT_DONE] = "done", [COLL_FLIGHT_FAILED] = "failed",
 };
 
-static void flight_put_peer(char *buf, size_t cap, size_t *len, int peer,
-                            const struct flight_peer *p, bool first)
+/* Copies record r into *s (struct coll_flight_copy, flight.h: the peers in use,
+ * then the other peers together at peers[npeers]), for the log, the file and
+ * the status responder; false when the owner rewrote it meanwhile. */
+static bool flight_read(const struct flight_rec *r, struct coll_flight_copy *s)
 {
-    uint64_t s = LDA(p->sent), sp = LDA(p->sent_posted);
-    uint64_t r = LDA(p->recvd), rp = LDA(p->recvd_posted);
-    if (peer < 0 && s == 0 && sp == 0 && r == 0 && rp == 0)
+    unsigned v1 = atomic_load_explicit(&r->ver, memory_order_acquire);
+    if (v1 & 1u)
+        return false;
+    *s = (struct coll_flight_copy){
+        .name = LDA(r->name), .algo = LDA(r->algo), .seq = LDA(r->seq), .count = LDA(r->count),
+        .dtype = LDA(r->dtype), .op = LDA(r->op), .root = LDA(r->root), .peer = LDA(r->peer),
+        .state = LDA(r->state), .result = LDA(r->result), .start_ns = LDA(r->start_ns),
+        .end_ns = LDA(r->end_ns)};
+    int n = atomic_load_explicit(&r->npeers, memory_order_acquire);
+    s->npeers = n < 0 ? 0 : n > COLL_FLIGHT_PEERS ? COLL_FLIGHT_PEERS : n;
+    for (int k = 0; k <= s->npeers; k++) {
+        const struct flight_peer *p = &r->peers[k < s->npeers ? k : COLL_FLIGHT_PEERS];
+        s->peers[k] = (struct coll_flight_copy_peer){
+            .peer = k < s->npeers ? LDA(p->peer) : -1, .sent = LDA(p->sent),
+            .sent_posted = LDA(p->sent_posted), .recvd = LDA(p->recvd),
+            .recvd_posted = LDA(p->recvd_posted)};
+    }
+    return atomic_load_explicit(&r->ver, memory_order_relaxed) == v1;
+}
+
+/* Reads record r, retrying while the owner rewrites it; false when it never held
+ * still. */
+static bool flight_read_retry(const struct flight_rec *r, struct coll_flight_copy *s)
+{
+    for (int tries = 0; tries < 100; tries++)
+        if (flight_read(r, s))
+            return true;
+    return false;
+}
+
+static void flight_put_peer(char *buf, size_t cap, size_t *len,
+                            const struct coll_flight_copy_peer *p,
+                            bool first)
+{
+    uint64_t s = p->sent, sp = p->sent_posted, r = p->recvd, rp = p->recvd_posted;
+    if (p->peer < 0 && s == 0 && sp == 0 && r == 0 && rp == 0)
         return;
-    if (peer >= 0)
-        coll_buf_printf(buf, cap, len, "%srank %d", first ? "" : ", ", peer);
+    if (p->peer >= 0)
+        coll_buf_printf(buf, cap, len, "%srank %d", first ? "" : ", ", p->peer);
     else
         coll_buf_printf(buf, cap, len, "%sother ranks", first ? "" : ", ");
     /* Bytes completed / posted: a receive stuck at 0/N names the silent peer. */
@@ -279,48 +320,215 @@ static void flight_put_peer(char *buf, size_t cap, size_t *len, int peer,
                (unsigned long long)sp, (unsigned long long)r, (unsigned long long)rp);
 }
 
-/* Formats record r into line; false when the owner rewrote it meanwhile. */
-static bool flight_format(const struct flight_rec *r, int64_t now, char *line, size_t cap)
+/* Formats record s into line. */
+static void flight_format(const struct coll_flight_copy *s, int64_t now, char *line,
+                          size_t cap)
 {
-    unsigned v1 = atomic_load_explicit(&r->ver, memory_order_acquire);
-    if (v1 & 1u)
-        return false;
-    const char *name = LDA(r->name), *algo = LDA(r->algo);
-    unsigned long long seq = LDA(r->seq), count = LDA(r->count);
-    int dtype = LDA(r->dtype), op = LDA(r->op), root = LDA(r->root), peer = LDA(r->peer);
-    int state = LDA(r->state), result = LDA(r->result);
-    int64_t start = LDA(r->start_ns), end = LDA(r->end_ns);
+    unsigned long long seq = s->seq, count = s->count;
+    int state = s->state;
     size_t len = 0;
-    coll_buf_printf(line, cap, &len, "  #%llu %s", seq, name ? name : "?");
-    if (dtype >= 0)
-        coll_buf_printf(line, cap, &len, " %llu x %s", count, coll_dtype_name((collDataType_t)dtype));
+    coll_buf_printf(line, cap, &len, "  #%llu %s", seq, s->name ? s->name : "?");
+    if (s->dtype >= 0)
+        coll_buf_printf(line, cap, &len, " %llu x %s", count,
+                        coll_dtype_name((collDataType_t)s->dtype));
     else
         coll_buf_printf(line, cap, &len, " of %llu message(s)", count);
-    if (op >= 0)
-        coll_buf_printf(line, cap, &len, " %s", coll_op_name((collRedOp_t)op));
-    if (root >= 0)
-        coll_buf_printf(line, cap, &len, " root %d", root);
-    if (peer >= 0)
-        coll_buf_printf(line, cap, &len, " peer %d", peer);
-    coll_buf_printf(line, cap, &len, " via %s: %s", algo ? algo : "?",
+    if (s->op >= 0)
+        coll_buf_printf(line, cap, &len, " %s", coll_op_name((collRedOp_t)s->op));
+    if (s->root >= 0)
+        coll_buf_printf(line, cap, &len, " root %d", s->root);
+    if (s->peer >= 0)
+        coll_buf_printf(line, cap, &len, " peer %d", s->peer);
+    coll_buf_printf(line, cap, &len, " via %s: %s", s->algo ? s->algo : "?",
                (unsigned)state < 4 ? state_names[state] : "?");
     if (state == COLL_FLIGHT_FAILED)
-        coll_buf_printf(line, cap, &len, " (%s)", coll_result_name((collResult_t)result));
-    coll_buf_printf(line, cap, &len, ", started %lld ms ago", (long long)((now - start) / 1000000));
+        coll_buf_printf(line, cap, &len, " (%s)", coll_result_name((collResult_t)s->result));
+    coll_buf_printf(line, cap, &len, ", started %lld ms ago",
+                    (long long)((now - s->start_ns) / 1000000));
     /* Both ends are on the coarse clock: a span under a few of its ticks says
      * little more than that it was short. */
+    int64_t start = s->start_ns, end = s->end_ns;
     if (end > 0 && end - start < FLIGHT_SHORT_NS)
         coll_buf_printf(line, cap, &len, ", took under %d ms", FLIGHT_SHORT_NS / 1000000);
     else if (end > 0)
         coll_buf_printf(line, cap, &len, ", took %.0f ms", (double)(end - start) / 1e6);
-    int n = atomic_load_explicit(&r->npeers, memory_order_acquire);
-    if (n > COLL_FLIGHT_PEERS)
-        n = COLL_FLIGHT_PEERS;
-    coll_buf_printf(line, cap, &len, "%s", n > 0 ? "; " : "");
-    for (int k = 0; k < n; k++)
-        flight_put_peer(line, cap, &len, LDA(r->peers[k].peer), &r->peers[k], k == 0);
-    flight_put_peer(line, cap, &len, -1, &r->peers[COLL_FLIGHT_PEERS], n == 0);
-    return atomic_load_explicit(&r->ver, memory_order_relaxed) == v1;
+    coll_buf_printf(line, cap, &len, "%s", s->npeers > 0 ? "; " : "");
+    for (int k = 0; k < s->npeers; k++)
+        flight_put_peer(line, cap, &len, &s->peers[k], k == 0);
+    flight_put_peer(line, cap, &len, &s->peers[s->npeers], s->npeers == 0);
+}
+
+/* COLL_FLIGHT_DIR: the records in a file of that directory, one per rank and
+ * communicator, for collinfo --flight (tools/flight_report.c reads the format;
+ * docs/reliability.md describes it).  Written aside and renamed, so that a
+ * reader never sees half a file. */
+struct flight_file {
+    const char *dir;
+    FILE *f;
+    char path[4096], tmp[4096];
+};
+
+/* What every rank of comm shares and no other communicator does: a hash of its
+ * secret and of rank 0's record (host, pid, bootstrap address), so that jobs
+ * that reuse one COLL_SECRET stay apart.  Many secrets share each of its 2^64
+ * values, so it does not give the secret back (though it cannot make a
+ * guessable COLL_SECRET safe). */
+static uint64_t flight_comm_hash(const struct coll_comm *comm)
+{
+    uint64_t h = 1469598103934665603ULL;
+#define FLIGHT_MIX(p, n)                                                                  \
+    for (size_t i_ = 0; i_ < (n); i_++)                                                   \
+        h = (h ^ ((const uint8_t *)(p))[i_]) * 1099511628211ULL
+    FLIGHT_MIX("coll-flight", 11);
+    FLIGHT_MIX(comm->secret, COLL_SECRET_BYTES);
+    int32_t n = comm->nranks;
+    FLIGHT_MIX(&n, sizeof(n));
+    if (comm->peers != NULL) {
+        const struct coll_rank_info *r0 = &comm->peers[0].info;
+        uint32_t alen = r0->boot_addrlen;
+        if (alen > sizeof(r0->boot_addr))
+            alen = sizeof(r0->boot_addr);
+        FLIGHT_MIX(&r0->pid, sizeof(r0->pid));
+        FLIGHT_MIX(&r0->host_hash, sizeof(r0->host_hash));
+        FLIGHT_MIX(&r0->boot_addr, alen);
+    }
+#undef FLIGHT_MIX
+    /* Spread every input bit over the whole value (splitmix64's finaliser). */
+    h ^= h >> 30;
+    h *= 0xbf58476d1ce4e5b9ULL;
+    h ^= h >> 27;
+    h *= 0x94d049bb133111ebULL;
+    h ^= h >> 31;
+    return h;
+}
+
+/* Writes "key s" as one line, control characters (newlines among them) as
+ * spaces: a free-text value is the rest of its line. */
+static void flight_put_text(FILE *f, const char *key, const char *s)
+{
+    fprintf(f, "%s ", key);
+    for (; *s != '\0'; s++)
+        fputc((unsigned char)*s < 0x20 || *s == 0x7f ? ' ' : *s, f);
+    fputc('\n', f);
+}
+
+static int64_t flight_wall_us(int64_t t_ns, int64_t now_ns, int64_t wall_ns)
+{
+    return t_ns > 0 ? (wall_ns - (now_ns - t_ns)) / 1000 : 0;
+}
+
+static void flight_file_warn(const struct flight_file *ff, int rank, const char *what,
+                             const char *path, int err)
+{
+    COLL_WARN("COLL_FLIGHT_DIR %s: rank %d's flight record is not written: %s %s: %s "
+              "(errno %d)", ff->dir, rank, what, path, strerror(err), err);
+}
+
+/* Opens the file of comm's records in COLL_FLIGHT_DIR and writes its header;
+ * false (and one WARN) when it cannot, or when the variable is unset. */
+static bool flight_file_open(struct coll_comm *comm, const char *why, uint64_t head,
+                             struct flight_file *ff)
+{
+    ff->dir = coll_param_str(COLL_PARAM_FLIGHT_DIR);
+    ff->f = NULL;
+    if (ff->dir == NULL)
+        return false;
+    uint64_t id = flight_comm_hash(comm);
+    int pid = (int)getpid();
+    int a = snprintf(ff->path, sizeof(ff->path), "%s/flight-%016llx-%d-of-%d-%d.txt", ff->dir,
+                     (unsigned long long)id, comm->rank, comm->nranks, pid);
+    int b = snprintf(ff->tmp, sizeof(ff->tmp), "%s/.flight-%016llx-%d-of-%d-%d.tmp", ff->dir,
+                     (unsigned long long)id, comm->rank, comm->nranks, pid);
+    if (a < 0 || b < 0 || (size_t)a >= sizeof(ff->path) || (size_t)b >= sizeof(ff->tmp)) {
+        flight_file_warn(ff, comm->rank, "path too long:", ff->dir, ENAMETOOLONG);
+        return false;
+    }
+    /* No symbolic link followed, and a FIFO in the way does not block. */
+    int fd = open(ff->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK,
+                  0644);
+    if (fd < 0) {
+        flight_file_warn(ff, comm->rank, "cannot create", ff->tmp, errno);
+        return false;
+    }
+    ff->f = fdopen(fd, "w");
+    if (ff->f == NULL) {
+        flight_file_warn(ff, comm->rank, "cannot write", ff->tmp, errno);
+        close(fd);
+        unlink(ff->tmp);
+        return false;
+    }
+    bool aborted = strcmp(why, "collCommAbort") == 0, revoked = strcmp(why, "collCommRevoke") == 0;
+    char host[256] = "";
+    if (gethostname(host, sizeof(host) - 1) != 0)
+        snprintf(host, sizeof(host), "unknown");
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    FILE *f = ff->f;
+    fprintf(f, "COLL-FLIGHT %d\n", COLL_FLIGHT_FILE_VERSION);
+    fprintf(f, "comm %016llx\n", (unsigned long long)id);
+    if (comm->name[0] != '\0')
+        flight_put_text(f, "name", comm->name);
+    fprintf(f, "rank %d\nnranks %d\n", comm->rank, comm->nranks);
+    flight_put_text(f, "host", host);
+    fprintf(f, "pid %d\n", pid);
+    fprintf(f, "reason %s\nwhy %s\n", aborted ? "aborted" : revoked ? "revoked" : "failed", why);
+    /* The cause, when a call failed: set by the thread that runs the call, which
+     * is this one (coll_flight_end).  An abort or a revoke may come from another
+     * thread while a call runs, so it does not read it. */
+    if (!aborted && !revoked)
+        flight_put_text(f, "error", comm->last_error);
+    /* The peer of this rank's last wait that found nothing to do: in the call in
+     * progress, the peer it was waiting for (its slot may show no byte posted). */
+    fprintf(f, "wait_peer %d\n", atomic_load_explicit(&comm->wait_peer, memory_order_relaxed));
+    fprintf(f, "written_us %lld\ncalls %llu\n",
+            (long long)ts.tv_sec * 1000000LL + ts.tv_nsec / 1000, (unsigned long long)head);
+    return true;
+}
+
+static void flight_file_record(struct flight_file *ff, const struct coll_flight_copy *s,
+                               int64_t now,
+                               int64_t wall)
+{
+    FILE *f = ff->f;
+    int state = s->state;
+    fprintf(f, "call seq=%llu name=%s algo=%s state=%s result=%s count=%llu",
+            (unsigned long long)s->seq, s->name ? s->name : "?", s->algo ? s->algo : "?",
+            (unsigned)state < 4 ? state_names[state] : "?",
+            coll_result_name((collResult_t)s->result), (unsigned long long)s->count);
+    fprintf(f, " dtype=%s op=%s root=%d peer=%d start_us=%lld end_us=%lld\n",
+            s->dtype >= 0 ? coll_dtype_name((collDataType_t)s->dtype) : "-",
+            s->op >= 0 ? coll_op_name((collRedOp_t)s->op) : "-", s->root, s->peer,
+            (long long)flight_wall_us(s->start_ns, now, wall),
+            (long long)flight_wall_us(s->end_ns, now, wall));
+    for (int k = 0; k <= s->npeers; k++) {
+        const struct coll_flight_copy_peer *p = &s->peers[k];
+        if (k == s->npeers && p->sent == 0 && p->sent_posted == 0 && p->recvd == 0 &&
+            p->recvd_posted == 0)
+            continue;
+        fprintf(f, "peer rank=%d sent=%llu sent_posted=%llu recvd=%llu recvd_posted=%llu\n",
+                p->peer, (unsigned long long)p->sent, (unsigned long long)p->sent_posted,
+                (unsigned long long)p->recvd, (unsigned long long)p->recvd_posted);
+    }
+}
+
+static void flight_file_close(struct flight_file *ff, int rank)
+{
+    fprintf(ff->f, "end\n");
+    bool bad = ferror(ff->f) != 0;
+    int err = bad ? EIO : 0;
+    if (fclose(ff->f) != 0 && !bad) {
+        bad = true;
+        err = errno;
+    }
+    if (bad) {
+        flight_file_warn(ff, rank, "cannot write", ff->tmp, err);
+        unlink(ff->tmp);
+    } else if (rename(ff->tmp, ff->path) != 0) {
+        flight_file_warn(ff, rank, "cannot rename to", ff->path, errno);
+        unlink(ff->tmp);
+    } else {
+        COLL_INFO(COLL_SUBSYS_COLL, "flight record of rank %d written to %s", rank, ff->path);
+    }
 }
 
 void coll_flight_dump(struct coll_comm *comm, const char *why)
@@ -332,13 +540,46 @@ void coll_flight_dump(struct coll_comm *comm, const char *why)
     uint64_t first = head > COLL_FLIGHT_RECORDS ? head - COLL_FLIGHT_RECORDS : 0;
     COLL_WARN("flight recorder of rank %d (%s): the last %llu of %llu call(s), oldest first",
               comm->rank, why, (unsigned long long)(head - first), (unsigned long long)head);
+    struct flight_file ff;
+    bool to_file = flight_file_open(comm, why, head, &ff);
     int64_t now = coll_now_ns();
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    int64_t wall = (int64_t)ts.tv_sec * 1000000000LL + ts.tv_nsec;
     for (uint64_t i = first; i < head; i++) {
         const struct flight_rec *r = &f->recs[i % COLL_FLIGHT_RECORDS];
+        struct coll_flight_copy s;
         char line[900];
-        bool ok = false;
-        for (int tries = 0; tries < 100 && !ok; tries++)
-            ok = flight_format(r, now, line, sizeof(line));
+        bool ok = flight_read_retry(r, &s);
+        if (ok)
+            flight_format(&s, now, line, sizeof(line));
         COLL_WARN("%s", ok ? line : "  (record being rewritten)");
+        if (ok && to_file)
+            flight_file_record(&ff, &s, now, wall);
     }
+    if (to_file)
+        flight_file_close(&ff, comm->rank);
+}
+
+uint64_t coll_flight_count(const struct coll_comm *comm)
+{
+    const struct coll_flight *f = comm->flight;
+    return f == NULL ? 0 : atomic_load_explicit(&f->head, memory_order_acquire);
+}
+
+bool coll_flight_copy(const struct coll_comm *comm, uint64_t i, struct coll_flight_copy *out)
+{
+    const struct coll_flight *f = comm->flight;
+    uint64_t count = coll_flight_count(comm);
+    if (f == NULL || i >= count || count - i >= COLL_FLIGHT_RECORDS)
+        return false;
+    const struct flight_rec *r = &f->recs[i % COLL_FLIGHT_RECORDS];
+    if (!flight_read(r, out))
+        return false;
+    /* Whole, but maybe already of call i + COLL_FLIGHT_RECORDS: the count
+     * reached i + COLL_FLIGHT_RECORDS before that call's begin, whose
+     * record a reader sees only with the count it had then (release on the
+     * record's number, acquire here); so the last COLL_FLIGHT_RECORDS - 1 are
+     * read, never the slot being reused. */
+    return coll_flight_count(comm) - i < COLL_FLIGHT_RECORDS;
 }

@@ -2,7 +2,9 @@
  * operations (name, sequence number, size, algorithm, state, start time and
  * the bytes moved with each peer), so that a timeout or a failure can say what
  * every recent call was doing and which peer stopped.  It is printed at WARN
- * once, when the communicator is poisoned or aborted (lib/engine/flight.c).
+ * once, when the communicator is poisoned, aborted or revoked, and with
+ * COLL_FLIGHT_DIR set also written to a file there, which `collinfo --flight`
+ * reads with the other ranks' files (lib/engine/flight.c).
  *
  * The communicator's owner thread is the only writer and takes no lock; a
  * reader in another thread (collCommAbort) sees whole records through a
@@ -20,6 +22,9 @@
 /* Peers followed one by one per record; the bytes of any further peer are
  * added to one "other peers" slot (an all-to-all of many ranks, the naive root). */
 #define COLL_FLIGHT_PEERS 16
+/* The format of the files of COLL_FLIGHT_DIR ("COLL-FLIGHT 1" on their first
+ * line; tools/flight_report.c reads it). */
+#define COLL_FLIGHT_FILE_VERSION 1
 
 struct coll_comm;
 struct coll_conn;
@@ -79,9 +84,32 @@ struct coll_flight_call {
 void coll_flight_swap(struct coll_comm *comm, struct coll_flight_call *save,
                       const struct coll_flight_call *load);
 
-/* Prints the records at WARN, oldest first, one line each, with why ("timeout",
- * "collCommAbort"); only the first call per comm prints (a failure is reported
- * once).  Safe from any thread while the owner runs a call. */
+/* Prints the records at WARN, oldest first, one line each, with why (the
+ * failed call's result name, "collCommAbort" or "collCommRevoke"); only the
+ * first call per comm prints (a failure is reported once).  With
+ * COLL_FLIGHT_DIR set it also writes them to
+ * DIR/flight-<comm hash>-<rank>-of-<nranks>-<pid>.txt, with the reason that why
+ * gives (aborted, revoked, else failed); a directory that cannot be written
+ * costs one WARN.  Safe from any thread while the owner runs a call. */
 void coll_flight_dump(struct coll_comm *comm, const char *why);
+
+/* A copy of one record, taken by another thread (lib/engine/status.c). */
+struct coll_flight_copy {
+    const char *name, *algo;       /* static strings, NULL when not set */
+    uint64_t seq, count;
+    int dtype, op, root, peer, state, result;
+    int64_t start_ns, end_ns;      /* coll_coarse_ns clock; end 0 while it runs */
+    int npeers;                    /* entries of peers[] before the "other peers" one */
+    struct coll_flight_copy_peer {
+        int peer;                  /* -1: the other peers together (peers[npeers]) */
+        uint64_t sent, sent_posted, recvd, recvd_posted;
+    } peers[COLL_FLIGHT_PEERS + 1];
+};
+/* Records opened so far: the newest is number count - 1. */
+uint64_t coll_flight_count(const struct coll_comm *comm);
+/* Copies record i (one of the last COLL_FLIGHT_RECORDS - 1: the oldest slot may
+ * be being reused) whole; false when the owner rewrote it meanwhile (try
+ * again) or i is no longer kept.  Any thread. */
+bool coll_flight_copy(const struct coll_comm *comm, uint64_t i, struct coll_flight_copy *out);
 
 #endif

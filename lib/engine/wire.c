@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "flight.h"
+
 static enum coll_wire_verdict wire_bad(const char *why, const char **why_p)
 {
     if (why_p)
@@ -102,6 +104,8 @@ enum coll_wire_verdict coll_wire_shrink_join(const void *buf, size_t got, const 
         return wire_bad("shrink join of another shrink (epoch)", why_p);
     if (j.rank < 0 || j.rank >= nranks)
         return wire_bad("shrink join from a rank outside the communicator", why_p);
+    if (j.suspect < -1 || j.suspect >= nranks)
+        return wire_bad("shrink join blaming a rank outside the communicator", why_p);
     *out = j;
     return COLL_WIRE_OK;
 }
@@ -224,4 +228,121 @@ bool coll_wire_secret_text(const char *hostport, const char *secret_hex, uint8_t
         secret[(i / 2) % COLL_SECRET_BYTES] ^= (uint8_t)(hi << 4 | lo);
     }
     return true;
+}
+
+/* ---- status queries ---- */
+
+enum coll_wire_verdict coll_wire_status_req(const void *buf, size_t got, const uint8_t *secret,
+                                            struct coll_status_req *out, const char **why_p)
+{
+    struct coll_status_req q;
+    enum coll_wire_verdict v = coll_wire_fixed(buf, got, COLL_STATUS_MAGIC, secret, sizeof(q),
+                                               "status request longer than its format", why_p);
+    if (v != COLL_WIRE_OK)
+        return v;
+    memcpy(&q, buf, sizeof(q));
+    if (q.version != COLL_STATUS_VERSION)
+        return wire_bad("status request of another version", why_p);
+    if (q.ask != COLL_STATUS_ASK_RANK && q.ask != COLL_STATUS_ASK_TABLE)
+        return wire_bad("status request asks for nothing known", why_p);
+    *out = q;
+    return COLL_WIRE_OK;
+}
+
+/* rank is -1 (none) or one of nranks. */
+static bool wire_rank_or_none(int32_t rank, int32_t nranks)
+{
+    return rank >= -1 && rank < nranks;
+}
+
+static bool wire_status_call_ok(struct coll_status_call *c, int32_t nranks)
+{
+    c->name[sizeof(c->name) - 1] = '\0';
+    c->algo[sizeof(c->algo) - 1] = '\0';
+    return c->state >= -1 && c->state <= COLL_FLIGHT_FAILED && wire_rank_or_none(c->root, nranks) &&
+           wire_rank_or_none(c->peer, nranks);
+}
+
+/* The framing of an answer: exact length, magic and secret, version. */
+static enum coll_wire_verdict wire_status_head(const void *buf, size_t len, size_t size,
+                                               const uint8_t *secret, const char **why_p)
+{
+    if (len != size)
+        return wire_bad("status answer of the wrong size", why_p);
+    enum coll_wire_verdict v = coll_wire_prefix(buf, len, COLL_STATUS_MAGIC, secret);
+    if (v != COLL_WIRE_OK) {
+        if (why_p)
+            *why_p = "status answer without the magic and the secret";
+        return v;
+    }
+    uint32_t version;
+    memcpy(&version, (const uint8_t *)buf + sizeof(uint32_t) + COLL_SECRET_BYTES,
+           sizeof(version));
+    if (version != COLL_STATUS_VERSION)
+        return wire_bad("status answer of another version", why_p);
+    return COLL_WIRE_OK;
+}
+
+enum coll_wire_verdict coll_wire_status_reply(const void *buf, size_t len, const uint8_t *secret,
+                                              int want_rank, struct coll_status_reply *out,
+                                              const char **why_p)
+{
+    struct coll_status_reply r;
+    enum coll_wire_verdict v = wire_status_head(buf, len, sizeof(r), secret, why_p);
+    if (v != COLL_WIRE_OK)
+        return v;
+    memcpy(&r, buf, sizeof(r));
+    if (r.nranks < 1 || r.nranks > COLL_WIRE_MAX_NRANKS)
+        return wire_bad("status answer: nranks outside [1, 2^20]", why_p);
+    if (r.rank < 0 || r.rank >= r.nranks || (want_rank >= 0 && r.rank != want_rank))
+        return wire_bad("status answer from another rank", why_p);
+    if (!wire_rank_or_none(r.revoked_by, r.nranks) || !wire_rank_or_none(r.failed_peer, r.nranks) ||
+        !wire_rank_or_none(r.wait_peer, r.nranks))
+        return wire_bad("status answer names a rank out of range", why_p);
+    if (r.open < 0 || r.npeers < 0 || r.npeers > COLL_STATUS_PEERS)
+        return wire_bad("status answer: count of calls or peers out of range", why_p);
+    if (!wire_status_call_ok(&r.cur, r.nranks) || !wire_status_call_ok(&r.last, r.nranks))
+        return wire_bad("status answer: a call's state or rank out of range", why_p);
+    for (int k = 0; k < r.npeers; k++)
+        if (!wire_rank_or_none(r.peers[k].peer, r.nranks))
+            return wire_bad("status answer: a peer out of range", why_p);
+    r.host[sizeof(r.host) - 1] = '\0';
+    r.comm_name[sizeof(r.comm_name) - 1] = '\0';
+    *out = r;
+    return COLL_WIRE_OK;
+}
+
+enum coll_wire_verdict coll_wire_status_table(const void *buf, size_t len, const uint8_t *secret,
+                                              struct coll_status_table *out, const char **why_p)
+{
+    struct coll_status_table t;
+    enum coll_wire_verdict v = wire_status_head(buf, len, sizeof(t), secret, why_p);
+    if (v != COLL_WIRE_OK)
+        return v;
+    memcpy(&t, buf, sizeof(t));
+    if (t.nranks < 1 || t.nranks > COLL_WIRE_MAX_NRANKS)
+        return wire_bad("status table: nranks outside [1, 2^20]", why_p);
+    if (t.rank < 0 || t.rank >= t.nranks)
+        return wire_bad("status table from a rank outside it", why_p);
+    *out = t;
+    return COLL_WIRE_OK;
+}
+
+enum coll_wire_verdict coll_wire_status_addrs(const void *buf, size_t len, int nranks,
+                                              struct coll_status_addr *out, const char **why_p)
+{
+    if (nranks < 1 || nranks > COLL_WIRE_MAX_NRANKS ||
+        len != (size_t)nranks * sizeof(struct coll_status_addr))
+        return wire_bad("status table of the wrong size", why_p);
+    for (int k = 0; k < nranks; k++) {
+        struct coll_status_addr a;
+        memcpy(&a, (const char *)buf + (size_t)k * sizeof(a), sizeof(a));
+        if (a.rank != k)
+            return wire_bad("status table: entry for another rank", why_p);
+        if (!coll_wire_addr_ok(&a.addr, a.addrlen))
+            return wire_bad("status table: address of a bad family or length", why_p);
+        a.host[sizeof(a.host) - 1] = '\0';
+        out[k] = a;
+    }
+    return COLL_WIRE_OK;
 }

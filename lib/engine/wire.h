@@ -90,6 +90,7 @@ struct coll_shrink_join {
     int32_t rank;       /* in the old communicator */
     uint32_t flags;
     uint64_t excl_hash; /* of the exclusion list, to check agreement */
+    int32_t suspect;    /* COLL_SHRINK_DETECT: the rank this one blames, -1: none */
 };
 
 /* coordinator -> member: first an acknowledgement (status collInProgress), then
@@ -125,5 +126,118 @@ enum coll_wire_verdict coll_wire_shrink_reply(const void *buf, size_t len, const
  * the address text.  False with a message in err when the hex is malformed. */
 bool coll_wire_secret_text(const char *hostport, const char *secret_hex, uint8_t *secret,
                            char *err, size_t errlen);
+
+/* Status queries (lib/engine/status.c; collrun status, collinfo --status), on
+ * any rank's bootstrap listener once its communicator is up.  One request per
+ * connection, one answer, then the rank closes it; a request without the
+ * secret is closed unanswered. */
+#define COLL_STATUS_MAGIC 0x54415453u /* "STAT" */
+#define COLL_STATUS_VERSION 1u
+#define COLL_STATUS_NAME_BYTES 32
+#define COLL_STATUS_ALGO_BYTES 16
+#define COLL_STATUS_HOST_BYTES 64
+#define COLL_STATUS_PEERS 8            /* peers of the call in progress sent */
+
+enum coll_status_ask {
+    COLL_STATUS_ASK_RANK = 1,  /* what this rank is doing: struct coll_status_reply */
+    COLL_STATUS_ASK_TABLE = 2, /* every rank's listener: struct coll_status_table + entries */
+};
+
+/* Flags of a rank's answer. */
+#define COLL_STATUS_F_ABORTING 1u  /* collCommAbort was called */
+#define COLL_STATUS_F_FINALIZED 2u /* collCommFinalize returned */
+
+/* client -> rank */
+struct coll_status_req {
+    uint32_t magic;
+    uint8_t secret[COLL_SECRET_BYTES];
+    uint32_t version;
+    uint32_t ask;       /* enum coll_status_ask */
+    uint32_t pad;
+};
+
+/* One call, from the rank's flight recorder (lib/engine/flight.h). */
+struct coll_status_call {
+    uint64_t seq;       /* the communicator's call number */
+    uint64_t count;     /* elements (messages when dtype is -1) */
+    int64_t age_ms;     /* in progress: since it began; finished: since it ended */
+    int64_t took_ms;    /* finished: how long it ran; -1 in progress */
+    int32_t dtype, op, root, peer; /* -1: none */
+    int32_t state;      /* enum coll_flight_state; -1: no such call */
+    int32_t result;     /* collResult_t of a finished call */
+    char name[COLL_STATUS_NAME_BYTES];
+    char algo[COLL_STATUS_ALGO_BYTES];
+};
+
+/* Bytes the call in progress posted and completed with one peer (-1: the
+ * other peers together). */
+struct coll_status_peer {
+    int32_t peer;
+    uint32_t pad;
+    uint64_t sent, sent_posted, recvd, recvd_posted;
+};
+
+/* rank -> client, for COLL_STATUS_ASK_RANK. */
+struct coll_status_reply {
+    uint32_t magic;
+    uint8_t secret[COLL_SECRET_BYTES];
+    uint32_t version;
+    int32_t rank, nranks, pid;
+    int32_t error;       /* the collResult_t that poisoned the communicator, or 0 */
+    int32_t revoked_by;  /* -1: not revoked */
+    int32_t failed_peer; /* the rank a failure is blamed on, -1 */
+    int32_t wait_peer;   /* the peer the last wait that found nothing to do was for, -1 */
+    uint32_t flags;      /* COLL_STATUS_F_* */
+    int32_t open;        /* calls in progress (several on a progress thread) */
+    int32_t npeers;      /* entries of peers[] in use */
+    uint32_t pad;
+    uint64_t calls;      /* calls recorded so far */
+    char host[COLL_STATUS_HOST_BYTES];
+    char comm_name[64];  /* collConfig_t.commName, "" */
+    struct coll_status_call cur;  /* the oldest call in progress (open > 0) */
+    struct coll_status_call last; /* the last one finished; state -1 when none */
+    struct coll_status_peer peers[COLL_STATUS_PEERS];
+};
+
+/* rank -> client, for COLL_STATUS_ASK_TABLE: followed by nranks entries. */
+struct coll_status_table {
+    uint32_t magic;
+    uint8_t secret[COLL_SECRET_BYTES];
+    uint32_t version;
+    int32_t nranks;
+    int32_t rank;        /* the rank that answered */
+};
+
+struct coll_status_addr {
+    int32_t rank;
+    int32_t pid;
+    uint32_t addrlen;
+    uint32_t pad;
+    union coll_sockaddr addr; /* the rank's bootstrap listener */
+    char host[COLL_STATUS_HOST_BYTES];
+};
+
+/* A request on a bootstrap listener, of which got bytes have come: the magic,
+ * the secret, this version, a known ask. */
+enum coll_wire_verdict coll_wire_status_req(const void *buf, size_t got, const uint8_t *secret,
+                                            struct coll_status_req *out, const char **why_p);
+
+/* A rank's answer: the magic and the secret, this version, nranks in [1, 2^20],
+ * rank in [0, nranks) and equal to want_rank unless that is -1, every rank it
+ * names in [-1, nranks), states in [-1, COLL_FLIGHT_FAILED], npeers in [0,
+ * COLL_STATUS_PEERS]; strings come out NUL-terminated. */
+enum coll_wire_verdict coll_wire_status_reply(const void *buf, size_t len, const uint8_t *secret,
+                                              int want_rank, struct coll_status_reply *out,
+                                              const char **why_p);
+
+/* The head of a table: the magic and the secret, this version, nranks in [1,
+ * 2^20], the answering rank in [0, nranks). */
+enum coll_wire_verdict coll_wire_status_table(const void *buf, size_t len, const uint8_t *secret,
+                                              struct coll_status_table *out, const char **why_p);
+
+/* The nranks entries after it: entry k for rank k, an address as published,
+ * host NUL-terminated in out. */
+enum coll_wire_verdict coll_wire_status_addrs(const void *buf, size_t len, int nranks,
+                                              struct coll_status_addr *out, const char **why_p);
 
 #endif

@@ -1,7 +1,8 @@
 /* Writes the seed corpus of each fuzz target from valid messages (and a few
  * near misses), so that the fuzzer starts past the magic and the secret:
  *
- *   fuzz_seeds DIR     creates DIR/boot_root, DIR/boot_rank, DIR/hello, DIR/id, DIR/shrink */
+ *   fuzz_seeds DIR     creates DIR/boot_root, DIR/boot_rank, DIR/hello, DIR/id, DIR/shrink,
+ *                      DIR/status */
 #include <errno.h>
 #include <sys/stat.h>
 
@@ -96,5 +97,42 @@ int main(int argc, char **argv)
     sr.rank = 2;
     sr.id = fuzz_id();
     seed("shrink", "answer", 1 | (3 << 1), &sr, sizeof(sr));
+    /* Status queries: a request, rank 2's answer in a job of 4 (selector: which in
+     * bits 0-1, nranks - 1 in 2-4, the rank asked + 1 in 5-7), a table of 4. */
+    struct coll_status_req sq = {.magic = COLL_STATUS_MAGIC, .version = COLL_STATUS_VERSION,
+                                 .ask = COLL_STATUS_ASK_RANK};
+    memcpy(sq.secret, fuzz_secret, COLL_SECRET_BYTES);
+    seed("status", "request", 0, &sq, sizeof(sq));
+    struct coll_status_reply st = {.magic = COLL_STATUS_MAGIC, .version = COLL_STATUS_VERSION,
+                                   .rank = 2, .nranks = 4, .pid = 77, .revoked_by = -1,
+                                   .failed_peer = -1, .wait_peer = 1, .open = 1, .npeers = 1,
+                                   .calls = 9};
+    memcpy(st.secret, fuzz_secret, COLL_SECRET_BYTES);
+    st.cur = (struct coll_status_call){.seq = 9, .count = 1024, .age_ms = 1500, .took_ms = -1,
+                                       .dtype = 7, .op = 0, .root = -1, .peer = -1,
+                                       .state = 1, .name = "allreduce", .algo = "ring"};
+    st.last = st.cur;
+    st.last.seq = 8;
+    st.last.state = 2;
+    st.peers[0] = (struct coll_status_peer){.peer = 1, .sent = 4096, .sent_posted = 4096,
+                                            .recvd_posted = 4096};
+    snprintf(st.host, sizeof(st.host), "node-2");
+    seed("status", "answer", 1 | (3 << 2) | (3 << 5), &st, sizeof(st));
+    struct {
+        struct coll_status_table head;
+        struct coll_status_addr addr[FUZZ_NRANKS];
+    } tab;
+    memset(&tab, 0, sizeof(tab));
+    tab.head = (struct coll_status_table){.magic = COLL_STATUS_MAGIC,
+                                          .version = COLL_STATUS_VERSION,
+                                          .nranks = FUZZ_NRANKS, .rank = 0};
+    memcpy(tab.head.secret, fuzz_secret, COLL_SECRET_BYTES);
+    for (int k = 0; k < FUZZ_NRANKS; k++) {
+        tab.addr[k].rank = k;
+        tab.addr[k].pid = 100 + k;
+        fuzz_addr(&tab.addr[k].addr, &tab.addr[k].addrlen, 40000 + k);
+        snprintf(tab.addr[k].host, sizeof(tab.addr[k].host), "node-%d", k);
+    }
+    seed("status", "table", 2 | ((FUZZ_NRANKS - 1) << 2), &tab, sizeof(tab));
     return seed_failed;
 }

@@ -31,6 +31,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
                 FUZZ_ASSERT(j.magic == COLL_SHRINK_MAGIC && j.epoch == 3);
                 FUZZ_ASSERT(coll_wire_secret_equal(j.secret, fuzz_secret));
                 FUZZ_ASSERT(j.rank >= 0 && j.rank < nranks);
+                FUZZ_ASSERT(j.suspect >= -1 && j.suspect < nranks);
             } else {
                 FUZZ_ASSERT(why != NULL);
             }
