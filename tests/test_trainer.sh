@@ -1,7 +1,8 @@
 #!/bin/bash
 # Tests examples/trainer/dp_trainer under collrun: the same maths on 1 to 4 ranks, ddp
 # against ps, learning (synthetic set and the scikit-learn digits when present),
-# bitwise resume from a checkpoint, bitwise --no-overlap, and refused input.
+# bitwise resume from a checkpoint, bitwise --no-overlap, --elastic shrinking after a
+# death and growing back with collrun --respawn, and refused input.
 # Usage: test_trainer.sh PATH/TO/collrun PATH/TO/dp_trainer
 # COLL_DIGITS_CSV names the digits file when it is not where Debian's
 # python3-sklearn puts it.
@@ -195,6 +196,29 @@ else
     close "elastic vs 1 rank: final loss" "$(final_loss elastic)" "$(final_loss ddp1)"
 fi
 
+# ---- 8. --elastic under collrun --respawn: rank 2 dies at step 100, the other 3
+# shrink, and the process collrun starts in its place joins them (collCommGrow) ----
+rc=0
+"$COLLRUN" -n 4 --respawn --timeout 120 -- "$TRAINER" "${SMALL[@]}" --elastic \
+    --fail-at 2:100 --dump-params "$TMP/grow.bin" >"$TMP/grow.raw" 2>"$TMP/grow.err" \
+    </dev/null || rc=$?
+sed -n 's/^\[0\] //p' "$TMP/grow.raw" >"$TMP/grow.out"
+if [ "$rc" -ne 137 ] || grep -q "Sanitizer\|runtime error" "$TMP/grow.err"; then
+    fail "grow: collrun exit $rc (want 137: rank 2 killed, the others and its replacement exit 0)"
+    sed 's/^/    | /' "$TMP/grow.err" | grep -v "COLL WARN" | head -n 10
+elif ! grep -q "^elastic: 3 of 4 ranks remain; continuing from step 10[01]" "$TMP/grow.out" ||
+     ! grep -q "^elastic: grew from 3 to 4 ranks at step" "$TMP/grow.out" ||
+     ! grep -q "^\[2\] elastic: joined as rank 3 of 4" "$TMP/grow.raw" ||
+     ! grep -q "^collrun: starting a replacement for rank 2" "$TMP/grow.err"; then
+    fail "grow: no shrink, replacement and grow back to 4 ranks"
+    sed 's/^/    | /' "$TMP/grow.raw" | grep elastic | head -n 20
+else
+    ok "grow: $(grep '^elastic: grew' "$TMP/grow.out")"
+    learns grow
+    close "grow (4 ranks, 3 from step 100, 4 again) vs 1 rank: parameters" "$TMP/grow.bin" \
+        "$TMP/ddp1.bin"
+fi
+
 refused() {
     local want=$1
     shift
@@ -228,6 +252,9 @@ refused flipped.ck --hidden 64,32 --resume "$TMP/flipped.ck"
 refused resume-2-ddp.ck --resume "$TMP/resume-2-ddp.ck"   # another --hidden
 refused --fail-at --fail-at 2
 refused --elastic --elastic --mode ps
+refused --grow-listen --grow-listen 127.0.0.1:1
+refused --join --join nowhere
+refused --resume --join 127.0.0.1:1 --resume "$TMP/resume-2-ddp.ck"
 
 echo "trainer: $failures failures"
 [ "$failures" -eq 0 ]

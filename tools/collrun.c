@@ -98,6 +98,7 @@
 #define RUN_MAX_RANKS 4096
 #define RUN_EXIT_USAGE 2
 #define RUN_EXIT_TIMEOUT 124
+#define RUN_RESPAWN_MAX 16 /* replacements --respawn starts in one job */
 #define RUN_EXIT_INTERNAL 125
 #define RUN_EXIT_NOEXEC 127
 
@@ -145,6 +146,7 @@ struct run_opts {
     double timeout_s; /* 0: none */
     bool prefix;
     bool keep_going; /* a failed rank does not stop the others */
+    bool respawn;    /* --respawn: a failed rank is replaced by a new process (COLL_JOIN) */
     bool report_bindings;
     enum run_bind bind;
     enum run_map map;
@@ -180,6 +182,8 @@ struct run_stream {
 struct run_rank {
     pid_t pid;
     bool alive;
+    bool replace;   /* --respawn: start a replacement once the dead one's output is read */
+    bool joining;   /* this slot's process is a replacement: it gets COLL_JOIN */
     int host;       /* index in hosts */
     int local_rank; /* COLL_LOCAL_RANK and COLL_LOCAL_SIZE */
     int local_size;
@@ -228,6 +232,7 @@ struct run_state {
     char status_ranks[PATH_MAX + 32];
     struct run_out outs[2];
     int exit_code; /* -1 until the first failure, timeout or signal decides it */
+    int replacements; /* started by --respawn so far */
     enum run_phase phase;
     double phase_deadline;
     double timeout_deadline; /* 0: none */
@@ -468,9 +473,47 @@ static void run_rank_exited(struct run_state *st, int rank, int status)
                  run_signame(WTERMSIG(status), buf, sizeof buf),
                  WCOREDUMP(status) ? " (core dumped)" : "");
     run_set_exit(st, code);
+    /* --respawn: a new process takes the slot and joins the survivors (not when
+     * a replacement could not even start: the next would fail alike). */
+    if (st->opts.respawn && st->ranks[rank].joining && code == RUN_EXIT_NOEXEC) {
+        run_note(st, "rank %d is not replaced again: its replacement could not start", rank);
+    } else if (st->opts.respawn && st->replacements < RUN_RESPAWN_MAX) {
+        st->ranks[rank].replace = true;
+        st->replacements++;
+    } else if (st->opts.respawn) {
+        run_note(st, "rank %d is not replaced: %d replacements started already (the most "
+                 "--respawn starts)", rank, RUN_RESPAWN_MAX);
+    }
     /* --keep-going: the survivors may carry on without this rank (elastic jobs). */
     if (!st->opts.keep_going)
         run_begin_kill(st, SIGTERM);
+}
+
+static int run_spawn(struct run_state *st, int rank);
+static void run_status_write(struct run_state *st);
+
+/* --respawn: starts the replacements due, each once the output of the process it
+ * replaces has been read to its end (the slot's pipes are then closed). */
+static void run_respawn(struct run_state *st)
+{
+    for (int r = 0; r < st->opts.nranks && st->phase == RUN_RUNNING; r++) {
+        struct run_rank *rk = &st->ranks[r];
+        if (!rk->replace || rk->streams[0].fd >= 0 || rk->streams[1].fd >= 0)
+            continue;
+        rk->replace = false;
+        if (st->nalive == 0) {
+            /* Nobody is left to join: the job is over. */
+            run_note(st, "rank %d is not replaced: no rank is left to join", r);
+            continue;
+        }
+        rk->joining = true;
+        run_note(st, "starting a replacement for rank %d (COLL_JOIN=%s)", r, st->comm_id);
+        int code = run_spawn(st, r);
+        if (code != 0)
+            run_set_exit(st, code);
+        else
+            run_status_write(st); /* the slot's new pid, for collrun status */
+    }
 }
 
 /* Reaps every exited child: ranks, and anything reparented to collrun as subreaper. */
@@ -574,10 +617,15 @@ static void run_loop(struct run_state *st)
         run_die_nomem(st);
     for (;;) {
         run_reap(st);
+        run_respawn(st);
         double now = run_now();
         run_check_time(st, now);
-        bool gone = (st->nalive == 0 && run_group_empty(st)) || st->phase == RUN_GAVE_UP;
-        if (st->nalive == 0 && !gone && st->phase == RUN_RUNNING) {
+        bool waiting = false; /* a replacement is due: the job is not over */
+        for (int r = 0; r < n && st->phase == RUN_RUNNING; r++)
+            waiting = waiting || st->ranks[r].replace;
+        bool gone = (st->nalive == 0 && !waiting && run_group_empty(st)) ||
+                    st->phase == RUN_GAVE_UP;
+        if (st->nalive == 0 && !gone && !waiting && st->phase == RUN_RUNNING) {
             run_note(st, "all ranks exited; stopping the processes they left behind");
             run_begin_kill(st, SIGTERM);
         }
@@ -848,8 +896,9 @@ static void run_cmd_var(struct run_state *st, const char *name, const char *fmt,
 /* The variables collrun sets for each rank; the others of its environment go as given. */
 static bool run_is_rank_var(const char *entry)
 {
-    static const char *const names[] = {"COLL_RANK",   "COLL_NRANKS",     "COLL_COMM_ID",
-                                        "COLL_SECRET", "COLL_LOCAL_RANK", "COLL_LOCAL_SIZE"};
+    static const char *const names[] = {"COLL_RANK",       "COLL_NRANKS",     "COLL_COMM_ID",
+                                        "COLL_SECRET",     "COLL_LOCAL_RANK", "COLL_LOCAL_SIZE",
+                                        "COLL_JOIN"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         size_t n = strlen(names[i]);
         if (strncmp(entry, names[i], n) == 0 && entry[n] == '=')
@@ -876,6 +925,8 @@ static void run_build_command(struct run_state *st, int rank)
     run_cmd_var(st, "COLL_SECRET", "%s", st->secret);
     run_cmd_var(st, "COLL_LOCAL_RANK", "%d", rk->local_rank);
     run_cmd_var(st, "COLL_LOCAL_SIZE", "%d", rk->local_size);
+    if (rk->joining)
+        run_cmd_var(st, "COLL_JOIN", "%s", st->comm_id);
     for (char **e = environ; *e != NULL; e++) {
         if (strncmp(*e, "COLL_", 5) == 0 && strchr(*e, '=') != NULL && !run_is_rank_var(*e))
             run_cmd_quoted(st, *e);
@@ -935,6 +986,8 @@ static _Noreturn void run_child(struct run_state *st, int rank, int out_fd, int 
             setenv("COLL_SECRET", st->secret, 1) != 0)
             goto fail;
         if (st->status_ranks[0] != '\0' && setenv("COLL_STATUS_FILE", st->status_ranks, 1) != 0)
+            goto fail;
+        if (rk->joining && setenv("COLL_JOIN", st->comm_id, 1) != 0)
             goto fail;
         if (cpus != NULL && sched_setaffinity(0, sizeof *cpus, cpus) != 0)
             goto fail;
@@ -1909,6 +1962,9 @@ static void run_help(FILE *f)
             "  --keep-going  a failed rank does not stop the others (for jobs that shrink\n"
             "                their communicator and go on); the exit code is still the\n"
             "                first failure's\n"
+            "  --respawn     --keep-going, and a failed rank is replaced by a new process\n"
+            "                started as it was, with COLL_JOIN=COLL_COMM_ID's address, to\n"
+            "                join the survivors (dp_trainer --elastic; at most 16 a job)\n"
             "  --env         list every COLL_* variable with its default and meaning\n"
             "  status [PID]  ask every rank of this user's running job (or of the one\n"
             "                collrun PID runs) what it is doing, and name the rank the\n"
@@ -2110,7 +2166,9 @@ static enum run_action run_parse_args(int argc, char **argv, struct run_opts *o)
             o->prefix = false;
         } else if (strcmp(a, "--keep-going") == 0) {
             o->keep_going = true;
-
+        } else if (strcmp(a, "--respawn") == 0) {
+            o->respawn = true;
+            o->keep_going = true;
         } else if (strcmp(a, "--report-bindings") == 0) {
             o->report_bindings = true;
         } else if (strncmp(a, "-n", 2) == 0) {

@@ -45,6 +45,7 @@
 
 #include "checkpoint.h"
 #include "data.h"
+#include "join.h"
 #include "mlp.h"
 #include "options.h"
 #include "partition.h"
@@ -110,6 +111,10 @@ struct trainer {
     uint64_t next_step;
     int first_rank;
     int shrinks;
+    int grows;
+    struct join_listener jl; /* rank 0 of an elastic job: new processes come here */
+    bool listen_failed;      /* the last try to listen failed (tried again each second) */
+    double listen_tried;
 };
 
 /* --elastic: a failed library call inside the training loop returns here. */
@@ -144,8 +149,13 @@ static void check_on(struct trainer *t, collComm_t comm, collResult_t r, const c
     if (r == collSuccess)
         return;
     if (recover_armed && comm == t->comm) {
-        fprintf(stderr, "dp_trainer: rank %d: %s failed: %s: %s; shrinking the "
-                "communicator\n", t->rank, what, collGetErrorString(r),
+        /* The wall time, for a driver that stamps its kills the same way. */
+        struct timespec wall;
+        clock_gettime(CLOCK_REALTIME, &wall);
+        fprintf(stderr, "dp_trainer: rank %d: %s failed in step %llu at %.3f: %s: %s; "
+                "shrinking the communicator\n", t->rank, what,
+                (unsigned long long)t->next_step,
+                (double)wall.tv_sec + (double)wall.tv_nsec * 1e-9, collGetErrorString(r),
                 collGetLastError(t->comm));
         recover_armed = false;
         longjmp(recover_point, 1);
@@ -834,6 +844,63 @@ static void trainer_free(struct trainer *t)
 
 /* ---- the loop ---- */
 
+/* --elastic: comm replaces the communicator (after a shrink or a grow). */
+static void adopt_comm(struct trainer *t, collComm_t comm)
+{
+    t->comm = t->g.data = comm;
+    check(t, collCommUserRank(t->comm, &t->rank), "collCommUserRank");
+    check(t, collCommCount(t->comm, &t->nranks), "collCommCount");
+    t->g.d = t->rank;
+    t->g.D = t->nranks;
+}
+
+/* --elastic: every rank takes rank 0's parameters, momentum and next step. */
+static void share_state(struct trainer *t)
+{
+    size_t n = t->m.nparams;
+    uint64_t step = t->next_step;
+    check(t, collBroadcast(&step, &step, 1, collUint64, 0, t->comm, NULL), "collBroadcast(step)");
+    check(t, collBroadcast(t->params, t->params, n, collFloat, 0, t->comm, NULL),
+          "collBroadcast(params)");
+    check(t, collBroadcast(t->mom, t->mom, n, collFloat, 0, t->comm, NULL),
+          "collBroadcast(momentum)");
+    t->next_step = step;
+}
+
+/* --elastic, on rank 0: listens for new processes at --grow-listen, or where
+ * the bootstrap's root was (COLL_COMM_ID: free once init is done), unless it
+ * listens already.  Without either address the job does not grow back. */
+static void open_join_listener(struct trainer *t)
+{
+    if (t->rank != 0 || t->jl.fd >= 0)
+        return;
+    const char *addr = t->o.grow_listen ? t->o.grow_listen : getenv("COLL_COMM_ID");
+    if (addr == NULL) {
+        if (!t->o.quiet && !t->listen_failed)
+            printf("elastic: no --grow-listen or COLL_COMM_ID: new processes cannot join\n");
+        t->listen_failed = true;
+        return;
+    }
+    /* Tried again at most once a second: the address may still be held, by a
+     * stopped rank 0 that the others left behind, until that process is gone. */
+    double now = now_s();
+    if (t->listen_failed && now - t->listen_tried < 1.0)
+        return;
+    t->listen_tried = now;
+    char err[512];
+    if (join_listen(&t->jl, addr, err, sizeof(err)) != 0) {
+        if (!t->listen_failed)
+            fprintf(stderr, "dp_trainer: --elastic: %s; new processes cannot join until it "
+                    "is free (tried again every second)\n", err);
+        t->listen_failed = true;
+        return;
+    }
+    t->listen_failed = false;
+    if (!t->o.quiet)
+        printf("elastic: new processes join at %s (dp_trainer --join %s)\n", addr, addr);
+    fflush(stdout);
+}
+
 /* --elastic, after a failed call: the survivors shrink the communicator to the
  * ranks that still answer, then take rank 0's state (parameters, momentum and
  * next step: a failure can reach ranks at different points of a step, so some
@@ -850,25 +917,53 @@ static void recover(struct trainer *t)
     if (t->stream != NULL)
         (void)collStreamSynchronize(t->stream);
     collCommDestroy(t->comm);
-    t->comm = t->g.data = shrunk;
-    check(t, collCommUserRank(t->comm, &t->rank), "collCommUserRank");
-    check(t, collCommCount(t->comm, &t->nranks), "collCommCount");
-    t->g.d = t->rank;
-    t->g.D = t->nranks;
-    size_t n = t->m.nparams;
-    uint64_t step = t->next_step;
-    check(t, collBroadcast(&step, &step, 1, collUint64, 0, t->comm, NULL), "collBroadcast(step)");
-    check(t, collBroadcast(t->params, t->params, n, collFloat, 0, t->comm, NULL),
-          "collBroadcast(params)");
-    check(t, collBroadcast(t->mom, t->mom, n, collFloat, 0, t->comm, NULL),
-          "collBroadcast(momentum)");
-    t->next_step = step;
+    adopt_comm(t, shrunk);
+    share_state(t);
     t->shrinks++;
     if (t->rank == 0)
         printf("elastic: %d of %d ranks remain; continuing from step %llu after %.2f s "
                "(this process was rank %d, now rank %d)\n", t->nranks, old_n,
-               (unsigned long long)step, now_s() - t0, old_rank, t->rank);
+               (unsigned long long)t->next_step, now_s() - t0, old_rank, t->rank);
     fflush(stdout);
+    open_join_listener(t);
+}
+
+/* --elastic, at a step boundary: rank 0 says how many new processes wait at its
+ * join listener; when some do, every rank grows the communicator by that many
+ * (collCommGrow), the new ones take ranks from the old size up, and all take
+ * rank 0's state.  The data is re-sharded as after a shrink. */
+static bool grow_if_joining(struct trainer *t)
+{
+    open_join_listener(t); /* after a failed try */
+    int k = t->rank == 0 ? join_poll(&t->jl) : 0;
+    check(t, collBroadcast(&k, &k, 1, collInt32, 0, t->comm, NULL), "collBroadcast(joiners)");
+    if (k == 0)
+        return false;
+    double t0 = now_s();
+    int old_n = t->nranks;
+    collUniqueId id;
+    memset(&id, 0, sizeof(id));
+    if (t->rank == 0) {
+        check(t, collCommGetUniqueId(t->comm, &id), "collCommGetUniqueId");
+        int sent = join_offer(&t->jl, k, &id, old_n + k, old_n);
+        if (sent < k)
+            fprintf(stderr, "dp_trainer: %d of %d new processes went away before their offer; "
+                    "the grow will fail and the job shrink back\n", k - sent, k);
+    }
+    collComm_t grown = NULL;
+    check(t, collCommGrow(t->comm, old_n + k, t->rank == 0 ? &id : NULL, -1, &grown, NULL),
+          "collCommGrow");
+    if (t->stream != NULL)
+        check(t, collStreamSynchronize(t->stream), "collStreamSynchronize");
+    collCommDestroy(t->comm);
+    adopt_comm(t, grown);
+    share_state(t);
+    t->grows++;
+    if (t->rank == 0)
+        printf("elastic: grew from %d to %d ranks at step %llu in %.2f s\n", old_n, t->nranks,
+               (unsigned long long)t->next_step, now_s() - t0);
+    fflush(stdout);
+    return true;
 }
 
 static void train(struct trainer *t, uint64_t start)
@@ -880,6 +975,9 @@ static void train(struct trainer *t, uint64_t start)
     recover_armed = t->o.elastic;
     while (t->next_step < total) {
         uint64_t s = t->next_step;
+        /* After a grow every rank, old and new, starts the step from the top. */
+        if (t->o.elastic && grow_if_joining(t))
+            continue;
         if (t->o.fail_step == (long)s && t->o.fail_rank == t->first_rank && t->shrinks == 0) {
             fprintf(stderr, "dp_trainer: rank %d: --fail-at: killing myself before step "
                     "%llu\n", t->rank, (unsigned long long)s);
@@ -929,6 +1027,36 @@ static void destroy_groups(struct trainer *t)
             check_on(t, c[i], collCommDestroy(c[i]), "collCommDestroy(group)");
 }
 
+/* --join: a new process waits for rank 0's offer, then joins the grow. */
+static void join_job(struct trainer *t)
+{
+    collUniqueId id;
+    int nranks = 0, rank = -1;
+    char err[512];
+    const char *tmo = getenv("COLL_TIMEOUT_MS");
+    double timeout_s = tmo != NULL && atof(tmo) > 0 ? 2 * atof(tmo) / 1000 : 600;
+    if (timeout_s < 60)
+        timeout_s = 60;
+    printf("elastic: waiting to join the job at %s\n", t->o.join);
+    fflush(stdout);
+    if (join_request(t->o.join, join_token(), timeout_s, &id, &nranks, &rank, err,
+                     sizeof(err)) != 0) {
+        fprintf(stderr, "dp_trainer: --join: %s\n", err);
+        exit(1);
+    }
+    collResult_t r = collCommGrow(NULL, nranks, &id, rank, &t->comm, NULL);
+    if (r != collSuccess) {
+        fprintf(stderr, "dp_trainer: --join: collCommGrow as rank %d of %d: %s\n", rank,
+                nranks, collGetLastError(NULL));
+        exit(1);
+    }
+    t->rank = rank;
+    t->nranks = nranks;
+    t->first_rank = -1; /* --fail-at names the job's first ranks */
+    printf("elastic: joined as rank %d of %d\n", rank, nranks);
+    fflush(stdout);
+}
+
 int main(int argc, char **argv)
 {
     static struct trainer tr;
@@ -942,23 +1070,38 @@ int main(int argc, char **argv)
      * the others. */
     load_data(t);
     plan_model(t);
-    check(t, collCommInitFromEnv(&t->comm), "collCommInitFromEnv");
-    check(t, collCommUserRank(t->comm, &t->rank), "collCommUserRank");
-    check(t, collCommCount(t->comm, &t->nranks), "collCommCount");
-    t->first_rank = t->rank;
+    t->jl.fd = -1;
+    if (t->o.join != NULL) {
+        join_job(t);
+    } else {
+        check(t, collCommInitFromEnv(&t->comm), "collCommInitFromEnv");
+        check(t, collCommUserRank(t->comm, &t->rank), "collCommUserRank");
+        check(t, collCommCount(t->comm, &t->nranks), "collCommCount");
+        t->first_rank = t->rank;
+    }
     setup_grid(t);
     setup_model(t);
     setup_hooks(t);
     if (t->o.mode == MODE_DDP)
         check(t, collStreamCreate(&t->stream), "collStreamCreate");
-    print_start(t, algo_desc);
-    uint64_t start = initial_state(t);
+    uint64_t start;
+    if (t->o.join != NULL) {
+        /* The job's ranks share rank 0's state right after the grow. */
+        share_state(t);
+        start = t->next_step;
+    } else {
+        print_start(t, algo_desc);
+        start = initial_state(t);
+    }
+    if (t->o.elastic)
+        open_join_listener(t);
     train(t, start);
     finish(t);
     if (t->stream != NULL)
         check(t, collStreamDestroy(t->stream), "collStreamDestroy");
     destroy_groups(t);
     check(t, collCommDestroy(t->comm), "collCommDestroy");
+    join_close(&t->jl);
     trainer_free(t);
     return 0;
 }

@@ -39,7 +39,14 @@ static const char usage[] =
     "                         on with --tp or --pp above 1)\n"
     "  --elastic              ddp: when ranks fail, the survivors shrink the communicator,\n"
     "                         re-shard the data among themselves and go on from the\n"
-    "                         current step (run under collrun --keep-going)\n"
+    "                         current step (run under collrun --keep-going); rank 0\n"
+    "                         takes in new processes at the next step (--join)\n"
+    "  --grow-listen HOST:PORT  --elastic: where rank 0 listens for new processes\n"
+    "                         (default: the address of COLL_COMM_ID, free after init)\n"
+    "  --join HOST:PORT       a new process: join the elastic job whose rank 0 listens\n"
+    "                         there (default: COLL_JOIN, which collrun --respawn sets);\n"
+    "                         it gets the parameters, momentum and step and trains on\n"
+    "                         (implies --elastic)\n"
     "  --tp T                 tensor parallelism: hidden layers in pairs split over T\n"
     "                         ranks (default 1)\n"
     "  --pp P                 pipeline parallelism: the layers in P stages (default 1);\n"
@@ -214,6 +221,12 @@ static int parse_flag(const char *flag, const char *v, struct options *o)
         o->fail_step = st;
         return 0;
     }
+    if (strcmp(flag, "--join") == 0 || strcmp(flag, "--grow-listen") == 0) {
+        if (strchr(v, ':') == NULL)
+            return bad(flag, v, "HOST:PORT");
+        *(strcmp(flag, "--join") == 0 ? &o->join : &o->grow_listen) = v;
+        return 0;
+    }
     const char **path = strcmp(flag, "--data") == 0          ? &o->data
                         : strcmp(flag, "--checkpoint") == 0  ? &o->checkpoint
                         : strcmp(flag, "--resume") == 0      ? &o->resume
@@ -229,7 +242,8 @@ static bool known_flag(const char *flag)
     static const char *const names[] = {
         "--steps", "--batch", "--lr", "--momentum", "--seed", "--hidden", "--mode", "--algo",
         "--bucket-mb", "--checkpoint-every", "--data", "--checkpoint", "--resume",
-        "--dump-params", "--fail-at", "--tp", "--pp", "--micro-batches", "--schedule"};
+        "--dump-params", "--fail-at", "--tp", "--pp", "--micro-batches", "--schedule", "--join",
+        "--grow-listen"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
         if (strcmp(flag, names[i]) == 0)
             return true;
@@ -273,6 +287,15 @@ static int check_combination(const struct options *o)
     if (model_parallel && o->elastic) {
         fprintf(stderr, "dp_trainer: --elastic: needs --tp 1 --pp 1 (a lost rank takes a "
                         "part of the model with it)\n");
+        return 2;
+    }
+    if (o->grow_listen != NULL && !o->elastic) {
+        fprintf(stderr, "dp_trainer: --grow-listen: needs --elastic\n");
+        return 2;
+    }
+    if (o->join != NULL && o->resume != NULL) {
+        fprintf(stderr, "dp_trainer: --join: a joining process takes the job's state; it "
+                        "cannot --resume a checkpoint\n");
         return 2;
     }
     if (o->checkpoint_every != 0 && o->checkpoint == NULL) {
@@ -322,6 +345,12 @@ int options_parse(int argc, char **argv, struct options *o)
     }
     if (o->micro_batches == 0)
         o->micro_batches = o->pp == 1 ? 1 : 4;
+    /* A process collrun --respawn started in place of a dead rank. */
+    const char *join_env = getenv("COLL_JOIN");
+    if (o->join == NULL && o->elastic && join_env != NULL && *join_env != '\0')
+        o->join = join_env;
+    if (o->join != NULL)
+        o->elastic = true;
     return check_combination(o);
 }
 

@@ -33,6 +33,10 @@ struct options {
     bool quiet;
     bool rank_report;       /* a line per rank at the end (always with --tp/--pp > 1) */
     bool elastic;           /* on a rank's failure, shrink and go on */
+    const char *join;       /* --join HOST:PORT (or COLL_JOIN): a new process joining
+                             * a running elastic job there */
+    const char *grow_listen;/* --grow-listen HOST:PORT: where rank 0 of an elastic job
+                             * takes new processes (default: COLL_COMM_ID's address) */
     long fail_rank;         /* test hook --fail-at R:S: rank R kills itself at step S; */
     long fail_step;         /* -1: none */
     /* model parallelism (docs/parallelism.md) */
