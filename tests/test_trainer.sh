@@ -196,28 +196,36 @@ else
     close "elastic vs 1 rank: final loss" "$(final_loss elastic)" "$(final_loss ddp1)"
 fi
 
-# ---- 8. --elastic under collrun --respawn: rank 2 dies at step 100, the other 3
-# shrink, and the process collrun starts in its place joins them (collCommGrow) ----
-rc=0
-"$COLLRUN" -n 4 --respawn --timeout 120 -- "$TRAINER" "${SMALL[@]}" --elastic \
-    --fail-at 2:100 --dump-params "$TMP/grow.bin" >"$TMP/grow.raw" 2>"$TMP/grow.err" \
-    </dev/null || rc=$?
-sed -n 's/^\[0\] //p' "$TMP/grow.raw" >"$TMP/grow.out"
-if [ "$rc" -ne 137 ] || grep -q "Sanitizer\|runtime error" "$TMP/grow.err"; then
-    fail "grow: collrun exit $rc (want 137: rank 2 killed, the others and its replacement exit 0)"
-    sed 's/^/    | /' "$TMP/grow.err" | grep -v "COLL WARN" | head -n 10
-elif ! grep -q "^elastic: 3 of 4 ranks remain; continuing from step 10[01]" "$TMP/grow.out" ||
-     ! grep -q "^elastic: grew from 3 to 4 ranks at step" "$TMP/grow.out" ||
-     ! grep -q "^\[2\] elastic: joined as rank 3 of 4" "$TMP/grow.raw" ||
-     ! grep -q "^collrun: starting a replacement for rank 2" "$TMP/grow.err"; then
-    fail "grow: no shrink, replacement and grow back to 4 ranks"
-    sed 's/^/    | /' "$TMP/grow.raw" | grep elastic | head -n 20
-else
-    ok "grow: $(grep '^elastic: grew' "$TMP/grow.out")"
-    learns grow
-    close "grow (4 ranks, 3 from step 100, 4 again) vs 1 rank: parameters" "$TMP/grow.bin" \
-        "$TMP/ddp1.bin"
-fi
+# ---- 8. --elastic under collrun --respawn: rank 2, then (another run) rank 0 dies at
+# step 100, the other 3 shrink, and the process collrun starts in its place joins them
+# (collCommGrow).  With rank 0 gone, another process becomes rank 0: it writes the
+# dump and listens for the replacement. ----
+for victim in 2 0; do
+    name=grow$victim
+    rc=0
+    "$COLLRUN" -n 4 --respawn --timeout 120 -- "$TRAINER" "${SMALL[@]}" --elastic \
+        --fail-at $victim:100 --dump-params "$TMP/$name.bin" >"$TMP/$name.raw" \
+        2>"$TMP/$name.err" </dev/null || rc=$?
+    # rank 0's lines: from the slot that is rank 0 at the end (the last "elastic:" line's)
+    slot=$(sed -n 's/^\[\([0-9]*\)\] elastic: grew.*/\1/p' "$TMP/$name.raw" | tail -n 1)
+    sed -n "s/^\[${slot:-0}\] //p" "$TMP/$name.raw" >"$TMP/$name.out"
+    if [ "$rc" -ne 137 ] || grep -q "Sanitizer\|runtime error\|SIGSEGV" "$TMP/$name.err"; then
+        fail "$name: collrun exit $rc (want 137: rank $victim killed, the others and its" \
+             "replacement exit 0)"
+        sed 's/^/    | /' "$TMP/$name.err" | grep -v "COLL WARN" | head -n 10
+    elif ! grep -q "elastic: 3 of 4 ranks remain; continuing from step 10[01]" "$TMP/$name.raw" ||
+         ! grep -q "^elastic: grew from 3 to 4 ranks at step" "$TMP/$name.out" ||
+         ! grep -q "^\[$victim\] elastic: joined as rank 3 of 4" "$TMP/$name.raw" ||
+         ! grep -q "^collrun: starting a replacement for rank $victim" "$TMP/$name.err"; then
+        fail "$name: no shrink, replacement and grow back to 4 ranks"
+        sed 's/^/    | /' "$TMP/$name.raw" | grep elastic | head -n 20
+    else
+        ok "$name: $(grep '^elastic: grew' "$TMP/$name.out")"
+        learns $name
+        close "$name (4 ranks, 3 from step 100, 4 again) vs 1 rank: parameters" \
+            "$TMP/$name.bin" "$TMP/ddp1.bin"
+    fi
+done
 
 refused() {
     local want=$1

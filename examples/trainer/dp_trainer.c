@@ -341,8 +341,9 @@ static void setup_model(struct trainer *t)
     if (t->rank == 0 && g->T * g->P > 1) {
         t->whole_params = xmalloc(t->pt.whole_nparams * sizeof(float));
         t->whole_mom = xmalloc(t->pt.whole_nparams * sizeof(float));
-    } else if (t->rank == 0) {
-        /* one rank's layout is the whole layout */
+    } else if (g->T * g->P == 1) {
+        /* One rank's layout is the whole layout.  Every rank, not only rank 0:
+         * under --elastic any of them may become rank 0 and write the dumps. */
         t->whole_params = t->params;
         t->whole_mom = t->mom;
     }
