@@ -125,6 +125,7 @@
 #define RUN_PORT_HIGH 65535
 #define RUN_PORT_TRIES 32
 #define RUN_SYSFS_MAX 16384 /* longest CPU list read from /sys */
+#define RUN_VAR_MAX 255     /* longest variable name in -x */
 
 enum run_action { RUN_ACT_RUN, RUN_ACT_HELP, RUN_ACT_VERSION, RUN_ACT_ENV, RUN_ACT_USAGE };
 enum run_phase { RUN_RUNNING, RUN_TERMINATING, RUN_KILLED, RUN_GAVE_UP };
@@ -154,6 +155,8 @@ struct run_opts {
     const char *rsh;         /* the remote shell command, split at blanks */
     struct run_host *hosts;  /* NULL without --hosts */
     int nhosts;
+    const char **exports; /* -x: "VAR=VALUE" or "VAR", as given; NULL without -x */
+    int nexports;
     char **argv; /* PROG ARGS..., NULL-terminated */
 };
 
@@ -907,9 +910,21 @@ static bool run_is_rank_var(const char *entry)
     return false;
 }
 
+/* The "NAME=VALUE" entry of collrun's environment for the variable NAME, or NULL. */
+static const char *run_env_entry(const char *name)
+{
+    size_t n = strlen(name);
+    for (char **e = environ; *e != NULL; e++) {
+        if (strncmp(*e, name, n) == 0 && (*e)[n] == '=')
+            return *e;
+    }
+    return NULL;
+}
+
 /* Builds in st->cmd the shell line that starts rank on its remote host:
  *   cd 'DIR' && exec env 'COLL_RANK=2' ... 'COLLRUN' --rank-helper --host 'H' -- 'PROG' ...
- * Each word is quoted, so that the remote shell passes it on byte for byte. */
+ * Each word is quoted, so that the remote shell passes it on byte for byte.  The -x
+ * variables come after collrun's COLL_* ones, so that env gives them the last word. */
 static void run_build_command(struct run_state *st, int rank)
 {
     const struct run_rank *rk = &st->ranks[rank];
@@ -930,6 +945,13 @@ static void run_build_command(struct run_state *st, int rank)
     for (char **e = environ; *e != NULL; e++) {
         if (strncmp(*e, "COLL_", 5) == 0 && strchr(*e, '=') != NULL && !run_is_rank_var(*e))
             run_cmd_quoted(st, *e);
+    }
+    for (int x = 0; x < st->opts.nexports; x++) {
+        const char *entry = st->opts.exports[x];
+        if (strchr(entry, '=') == NULL)
+            entry = run_env_entry(entry); /* -x VAR: its value here, when it has one */
+        if (entry != NULL)
+            run_cmd_quoted(st, entry);
     }
     run_cmd_quoted(st, st->self_exe);
     run_cmd_plain(st, " --rank-helper --host");
@@ -989,6 +1011,18 @@ static _Noreturn void run_child(struct run_state *st, int rank, int out_fd, int 
             goto fail;
         if (rk->joining && setenv("COLL_JOIN", st->comm_id, 1) != 0)
             goto fail;
+        /* -x VAR=VALUE; a plain -x VAR is inherited with the rest of the environment. */
+        for (int x = 0; x < st->opts.nexports; x++) {
+            const char *entry = st->opts.exports[x];
+            const char *eq = strchr(entry, '=');
+            char name[RUN_VAR_MAX + 1];
+            if (eq == NULL)
+                continue;
+            memcpy(name, entry, (size_t)(eq - entry));
+            name[eq - entry] = '\0';
+            if (setenv(name, eq + 1, 1) != 0)
+                goto fail;
+        }
         if (cpus != NULL && sched_setaffinity(0, sizeof *cpus, cpus) != 0)
             goto fail;
     }
@@ -1941,11 +1975,15 @@ static void run_help(FILE *f)
             "Starts N ranks of PROG with COLL_RANK, COLL_NRANKS, COLL_COMM_ID, COLL_SECRET,\n"
             "COLL_LOCAL_RANK and COLL_LOCAL_SIZE set, and waits for them.\n"
             "\n"
-            "  -n N          number of ranks, 1 to %d (with --hosts: at most the slots,\n"
-            "                which are the default)\n"
+            "  -n N, -np N   number of ranks, 1 to %d (with --hosts: at most the slots,\n"
+            "                which are the default); --np N is the same\n"
             "  --hosts LIST  run on these hosts: host[:slots],... (slots default to 1;\n"
             "                user@host and [ipv6] work); localhost and this host's name run\n"
-            "                here, the others through the remote shell\n"
+            "                here, the others through the remote shell; -H LIST and\n"
+            "                --host LIST are the same\n"
+            "  -x VAR[=VAL]  set VAR for every rank, on every host: to VAL, or to its value\n"
+            "                here (ranks on this host get collrun's whole environment, ranks\n"
+            "                on other hosts only the COLL_* and -x variables); repeatable\n"
             "  --rsh CMD     remote shell, called as CMD HOST COMMAND (default: ssh; CMD is\n"
             "                split at blanks)\n"
             "  --map MODE    block (default): fill each host in turn; rr: one rank per host\n"
@@ -1976,7 +2014,9 @@ static void run_help(FILE *f)
             "When a rank fails the others get SIGTERM, then SIGKILL after %g s, and collrun\n"
             "exits with the first failure's code (128+N for death by signal N).\n"
             "Exit codes: 0 all ranks succeeded, 2 bad arguments, 124 timeout, 125 collrun\n"
-            "failed, 127 PROG cannot be executed, 128+N collrun got signal N.\n",
+            "failed, 127 PROG cannot be executed, 128+N collrun got signal N.\n"
+            "An option of mpirun, srun or torchrun that collrun does not take is refused\n"
+            "with collrun's counterpart, if any (docs/collrun.md, \"Coming from mpirun\").\n",
             RUN_MAX_RANKS, RUN_PORT_LOW, RUN_PORT_HIGH, COLL_JOB_STATUS_WAIT_MS,
             RUN_TERM_GRACE_S);
 }
@@ -2141,6 +2181,122 @@ static bool run_opt_value(const char *a, const char *name, int argc, char **argv
     return true;
 }
 
+/* Parses -x VAR or -x VAR=VALUE into o->exports, which has room for argc entries. */
+static enum run_action run_parse_export(const char *val, int argc, struct run_opts *o)
+{
+    if (val == NULL)
+        return run_usage("option -x needs a variable: -x VAR or -x VAR=VALUE");
+    size_t n = strcspn(val, "=");
+    bool ok = n > 0 && n <= RUN_VAR_MAX && !(val[0] >= '0' && val[0] <= '9');
+    for (size_t k = 0; ok && k < n; k++)
+        ok = val[k] == '_' || (val[k] >= 'a' && val[k] <= 'z') ||
+             (val[k] >= 'A' && val[k] <= 'Z') || (val[k] >= '0' && val[k] <= '9');
+    if (!ok)
+        return run_usage("invalid -x '%s' (want VAR or VAR=VALUE, VAR made of letters, digits "
+                         "and '_')", val);
+    char entry[RUN_VAR_MAX + 2];
+    snprintf(entry, sizeof entry, "%.*s=", (int)n, val);
+    if (run_is_rank_var(entry))
+        return run_usage("-x %s: collrun sets %.*s for each rank itself", val, (int)n, val);
+    if (o->exports == NULL) {
+        o->exports = calloc((size_t)argc, sizeof *o->exports);
+        if (o->exports == NULL)
+            run_die_nomem(NULL);
+    }
+    o->exports[o->nexports++] = val;
+    return RUN_ACT_RUN;
+}
+
+/* Options of other launchers that collrun does not take, and what to use instead.  The
+ * names are compared without their leading dashes, '_' and '-' alike, so that mpirun's
+ * -bind-to, torchrun's --nproc_per_node and --nproc-per-node all match. */
+static const struct {
+    const char *name;
+    const char *whose; /* "mpirun's" */
+    const char *hint;
+} run_foreign_opts[] = {
+    {"oversubscribe", "mpirun's",
+     "collrun needs none: -n N starts N ranks on this host whatever its cores (--bind then "
+     "defaults to none); with --hosts, give a host more slots (host:N)"},
+    {"bind-to", "mpirun's", "collrun's is --bind none|core|numa"},
+    {"bind-to-core", "mpirun's", "collrun's is --bind core"},
+    {"cpu-bind", "srun's", "collrun's is --bind none|core|numa"},
+    {"map-by", "mpirun's",
+     "collrun's is --map block|rr (--map-by slot or core is block, --map-by node is rr)"},
+    {"N", "mpirun's and srun's",
+     "collrun has none: give each host's ranks as its slots, --hosts host:N,... (-n N alone "
+     "runs N ranks on this host)"},
+    {"npernode", "mpirun's",
+     "collrun has none: give each host's ranks as its slots, --hosts host:N,..."},
+    {"ppn", "mpiexec's",
+     "collrun has none: give each host's ranks as its slots, --hosts host:N,..."},
+    {"ntasks-per-node", "srun's",
+     "collrun has none: give each host's ranks as its slots, --hosts host:N,..."},
+    {"nproc-per-node", "torchrun's",
+     "collrun's is -n N on this host; with several hosts, --hosts host:N,... (one collrun "
+     "starts them all)"},
+    {"nnodes", "torchrun's",
+     "collrun has none: list the hosts in --hosts host[:slots],... and one collrun starts "
+     "every host's ranks"},
+    {"nodes", "srun's",
+     "collrun has none: list the hosts in --hosts host[:slots],... and one collrun starts "
+     "every host's ranks"},
+    {"node-rank", "torchrun's",
+     "collrun has none: one collrun, given every host in --hosts, starts all the ranks"},
+    {"master-addr", "torchrun's",
+     "collrun has none: it picks the rendezvous (rank 0's host); --port sets its port"},
+    {"master-port", "torchrun's", "collrun's is --port P"},
+    {"rdzv-endpoint", "torchrun's",
+     "collrun has none: it picks the rendezvous (rank 0's host); --port sets its port"},
+    {"standalone", "torchrun's", "collrun needs none: -n N runs N ranks on this host"},
+    {"ntasks", "srun's", "collrun's is -n N"},
+    {"c", "mpirun's", "mpirun's -c N is collrun's -n N"},
+    {"hosts", "mpiexec's", "collrun's is --hosts host[:slots],... (two dashes), or -H"},
+    {"hostfile", "mpirun's",
+     "collrun has no host file: list the hosts in --hosts host[:slots],... (for a file of "
+     "one host per line: --hosts \"$(paste -sd, FILE)\")"},
+    {"machinefile", "mpirun's",
+     "collrun has no host file: list the hosts in --hosts host[:slots],... (for a file of "
+     "one host per line: --hosts \"$(paste -sd, FILE)\")"},
+    {"nodelist", "srun's", "collrun's is --hosts host[:slots],..."},
+    {"genv", "mpiexec's", "collrun's is -x VAR=VALUE"},
+    {"env", "mpiexec's", "collrun's is -x VAR=VALUE (--env lists the COLL_* variables)"},
+    {"genvall", "mpiexec's",
+     "collrun needs none: ranks on this host get collrun's whole environment; -x VAR passes "
+     "VAR to other hosts"},
+    {"export", "srun's",
+     "collrun's is -x VAR[=VALUE], once per variable; ranks on this host get collrun's whole "
+     "environment"},
+    {"mca", "mpirun's",
+     "collrun has none: the library's settings are COLL_* variables in collrun's environment "
+     "(collrun --env lists them)"},
+    {"allow-run-as-root", "mpirun's", "collrun needs none: it runs as root as it runs as anyone"},
+    {"tag-output", "mpirun's",
+     "collrun needs none: it prefixes every line with [rank] unless given --no-prefix"},
+    {"wdir", "mpirun's", "collrun has none: ranks start in collrun's directory, on every host"},
+    {"chdir", "srun's", "collrun has none: ranks start in collrun's directory, on every host"},
+    {"time", "srun's", "collrun's is --timeout S (seconds)"},
+    {"launcher", "mpiexec's", "collrun's is --rsh CMD"},
+    {"launch-agent", "mpirun's", "collrun's is --rsh CMD"},
+};
+
+/* The index in run_foreign_opts of another launcher's option a, or -1. */
+static int run_foreign_opt(const char *a)
+{
+    a += strspn(a, "-");
+    size_t n = strcspn(a, "=");
+    for (size_t k = 0; k < sizeof run_foreign_opts / sizeof run_foreign_opts[0]; k++) {
+        const char *name = run_foreign_opts[k].name;
+        size_t j = 0;
+        while (j < n && name[j] != '\0' &&
+               (a[j] == name[j] || (a[j] == '_' && name[j] == '-')))
+            j++;
+        if (j == n && name[j] == '\0')
+            return (int)k;
+    }
+    return -1;
+}
+
 static enum run_action run_parse_args(int argc, char **argv, struct run_opts *o)
 {
     bool have_timeout = false, have_map = false, have_rsh = false;
@@ -2152,6 +2308,7 @@ static enum run_action run_parse_args(int argc, char **argv, struct run_opts *o)
         const char *val = NULL;
         if (a[0] != '-' || strcmp(a, "-") == 0)
             break;
+        bool short_n = strcmp(a, "-n") == 0 || (a[1] == 'n' && a[2] >= '0' && a[2] <= '9');
         if (strcmp(a, "--") == 0) {
             i++;
             break;
@@ -2171,21 +2328,31 @@ static enum run_action run_parse_args(int argc, char **argv, struct run_opts *o)
             o->keep_going = true;
         } else if (strcmp(a, "--report-bindings") == 0) {
             o->report_bindings = true;
-        } else if (strncmp(a, "-n", 2) == 0) {
-            val = a[2] != '\0' ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
+        } else if (short_n || run_opt_value(a, "-np", argc, argv, &i, &val) ||
+                   run_opt_value(a, "--np", argc, argv, &i, &val)) {
+            /* -n N and -nN, and mpirun's -np N and --np N. */
+            if (short_n)
+                val = a[2] != '\0' ? a + 2 : (i + 1 < argc ? argv[++i] : NULL);
             if (val == NULL)
-                return run_usage("option -n needs a number of ranks");
+                return run_usage("option %s needs a number of ranks", a);
             if (!run_parse_nranks(val, &o->nranks))
                 return run_usage("invalid number of ranks '%s' (want 1 to %d)", val, RUN_MAX_RANKS);
+        } else if (strcmp(a, "-x") == 0) {
+            if (run_parse_export(i + 1 < argc ? argv[++i] : NULL, argc, o) != RUN_ACT_RUN)
+                return RUN_ACT_USAGE;
         } else if (run_opt_value(a, "--timeout", argc, argv, &i, &val)) {
             if (val == NULL)
                 return run_usage("option --timeout needs a number of seconds");
             if (!run_parse_seconds(val, &o->timeout_s))
                 return run_usage("invalid timeout '%s' (want seconds >= 0)", val);
             have_timeout = true;
-        } else if (run_opt_value(a, "--hosts", argc, argv, &i, &val)) {
+        } else if (run_opt_value(a, "--hosts", argc, argv, &i, &val) ||
+                   run_opt_value(a, "--host", argc, argv, &i, &val) ||
+                   run_opt_value(a, "-host", argc, argv, &i, &val) ||
+                   run_opt_value(a, "-H", argc, argv, &i, &val)) {
+            /* mpirun's -H and --host are --hosts: host[:slots],..., one slot by default. */
             if (val == NULL || val[0] == '\0')
-                return run_usage("option --hosts needs a list of hosts");
+                return run_usage("option %s needs a list of hosts", a);
             hosts = val;
         } else if (run_opt_value(a, "--rsh", argc, argv, &i, &val)) {
             if (val == NULL || strspn(val, " \t") == strlen(val))
@@ -2211,6 +2378,10 @@ static enum run_action run_parse_args(int argc, char **argv, struct run_opts *o)
                 return run_usage("invalid --port '%s' (want 1 to 65535)", val ? val : "");
             o->port = (int)p;
         } else {
+            int k = run_foreign_opt(a);
+            if (k >= 0)
+                return run_usage("unknown option '%s' (%s): %s", a, run_foreign_opts[k].whose,
+                                 run_foreign_opts[k].hint);
             return run_usage("unknown option '%s'", a);
         }
     }
@@ -2229,6 +2400,12 @@ static enum run_action run_parse_args(int argc, char **argv, struct run_opts *o)
     const char *env = coll_env_get("COLLRUN_TIMEOUT");
     if (!have_timeout && env != NULL && env[0] != '\0' && !run_parse_seconds(env, &o->timeout_s))
         return run_usage("invalid COLLRUN_TIMEOUT '%s' (want seconds >= 0)", env);
+    /* Likely a typo, and remote ranks would keep whatever their login shell sets. */
+    for (int x = 0; x < o->nexports; x++) {
+        if (strchr(o->exports[x], '=') == NULL && run_env_entry(o->exports[x]) == NULL)
+            fprintf(stderr, "collrun: note: -x %s: %s is not set here, so the ranks get no "
+                    "value for it from collrun\n", o->exports[x], o->exports[x]);
+    }
     return RUN_ACT_RUN;
 }
 
@@ -2262,5 +2439,6 @@ int main(int argc, char **argv)
         break;
     }
     run_free_hosts(&opts);
+    free(opts.exports);
     return code;
 }
