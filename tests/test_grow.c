@@ -115,6 +115,25 @@ static void check_fails(collResult_t r, collComm_t c, double t0, double within, 
         fprintf(stderr, "[%d] failed in %.2f s as expected: %s\n", (int)getpid(), dt, msg);
 }
 
+/* An old rank's grow that must fail: rank 0 makes the id and hands it to the
+ * nnew new processes, then every old rank grows to 5 and checks the failure;
+ * with `alive`, the old communicator must still work afterwards. */
+static void old_grow_fails(int rank, collComm_t comm, const int *to_new, int nnew, double within,
+                           const char *part, bool alive)
+{
+    collUniqueId id;
+    if (rank == 0) {
+        CHECK(collCommGetUniqueId(comm, &id) == collSuccess, "%s", collGetLastError(comm));
+        send_id(&id, to_new, nnew);
+    }
+    collComm_t g = NULL;
+    double t0 = launch_now();
+    collResult_t r = collCommGrow(comm, 5, rank == 0 ? &id : NULL, -1, &g, NULL);
+    check_fails(r, comm, t0, within, part);
+    if (alive)
+        check_sum(comm, rank, OLD, "the old communicator after a failed grow");
+}
+
 /* ------------------------------------------------------------------ ok --- */
 
 static int ok_old(int rank, collComm_t comm, int *to_new)
@@ -180,16 +199,7 @@ static int ok_new(int j, int from_rank0)
 
 static int size_old(int rank, collComm_t comm, int *to_new)
 {
-    collUniqueId id;
-    if (rank == 0) {
-        CHECK(collCommGetUniqueId(comm, &id) == collSuccess, "%s", collGetLastError(comm));
-        send_id(&id, to_new, 2);
-    }
-    collComm_t g = NULL;
-    double t0 = launch_now();
-    collResult_t r = collCommGrow(comm, 5, rank == 0 ? &id : NULL, -1, &g, NULL);
-    check_fails(r, comm, t0, TIMEOUT_S, "disagree on nranks");
-    check_sum(comm, rank, OLD, "the old communicator after a failed grow");
+    old_grow_fails(rank, comm, to_new, 2, TIMEOUT_S, "disagree on nranks", true);
     return 0;
 }
 
@@ -280,16 +290,7 @@ static int dup_new(int j, int from_rank0)
 
 static int dup_old(int rank, collComm_t comm, int *to_new)
 {
-    collUniqueId id;
-    if (rank == 0) {
-        CHECK(collCommGetUniqueId(comm, &id) == collSuccess, "%s", collGetLastError(comm));
-        send_id(&id, to_new, 2);
-    }
-    collComm_t g = NULL;
-    double t0 = launch_now();
-    collResult_t r = collCommGrow(comm, 5, rank == 0 ? &id : NULL, -1, &g, NULL);
-    check_fails(r, comm, t0, TIMEOUT_S, "duplicate rank 3");
-    check_sum(comm, rank, OLD, "the old communicator after a failed grow");
+    old_grow_fails(rank, comm, to_new, 2, TIMEOUT_S, "duplicate rank 3", true);
     return 0;
 }
 
@@ -325,15 +326,7 @@ static int dies_new(int j, int from_rank0)
 
 static int dies_old(int rank, collComm_t comm, int *to_new)
 {
-    collUniqueId id;
-    if (rank == 0) {
-        CHECK(collCommGetUniqueId(comm, &id) == collSuccess, "%s", collGetLastError(comm));
-        send_id(&id, to_new, 2);
-    }
-    collComm_t g = NULL;
-    double t0 = launch_now();
-    collResult_t r = collCommGrow(comm, 5, rank == 0 ? &id : NULL, -1, &g, NULL);
-    check_fails(r, comm, t0, TIMEOUT_S * 1.5, NULL);
+    old_grow_fails(rank, comm, to_new, 2, TIMEOUT_S * 1.5, NULL, false);
     return 0;
 }
 

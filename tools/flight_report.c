@@ -34,6 +34,7 @@
 #include <string.h>
 
 #include "flight_read.h"
+#include "log.h" /* coll_buf_printf */
 
 #define FR_MAX_MISMATCHES 8   /* mismatching sequence numbers told per communicator */
 #define FR_MAX_RANK_LINES 64  /* above this many files, no line per rank in the text */
@@ -128,33 +129,20 @@ static void fr_put_ranks(char *buf, size_t cap, size_t *len, const int *r, int n
     *len = l < cap ? l : cap - 1;
 }
 
-__attribute__((format(printf, 4, 5))) static void fr_put(char *buf, size_t cap, size_t *len,
-                                                         const char *fmt, ...)
-{
-    if (*len + 1 >= cap)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    int k = vsnprintf(buf + *len, cap - *len, fmt, ap);
-    va_end(ap);
-    if (k > 0)
-        *len = *len + (size_t)k < cap ? *len + (size_t)k : cap - 1;
-}
-
 /* "allreduce 4096 x float32 sum root 0" */
 static void fr_put_call(char *buf, size_t cap, size_t *len, const struct fr_call *c)
 {
-    fr_put(buf, cap, len, "%s", c->name);
+    coll_buf_printf(buf, cap, len, "%s", c->name);
     if (strcmp(c->dtype, "-") != 0)
-        fr_put(buf, cap, len, " %llu x %s", c->count, c->dtype);
+        coll_buf_printf(buf, cap, len, " %llu x %s", c->count, c->dtype);
     else
-        fr_put(buf, cap, len, " of %llu message(s)", c->count);
+        coll_buf_printf(buf, cap, len, " of %llu message(s)", c->count);
     if (strcmp(c->op, "-") != 0)
-        fr_put(buf, cap, len, " %s", c->op);
+        coll_buf_printf(buf, cap, len, " %s", c->op);
     if (c->root >= 0)
-        fr_put(buf, cap, len, " root %lld", c->root);
+        coll_buf_printf(buf, cap, len, " root %lld", c->root);
     if (c->peer >= 0)
-        fr_put(buf, cap, len, " peer %lld", c->peer);
+        coll_buf_printf(buf, cap, len, " peer %lld", c->peer);
 }
 
 /* Where a rank (or ranks, plural) is: "is in allreduce #57 (failed)",
@@ -164,16 +152,16 @@ static void fr_put_where(char *buf, size_t cap, size_t *len, const struct fr_fil
                          bool plural, const char *state, bool mixed)
 {
     if (f->cur != NULL && mixed)
-        fr_put(buf, cap, len, "are in #%llu (%s), not all in the same call", f->cur->seq,
+        coll_buf_printf(buf, cap, len, "are in #%llu (%s), not all in the same call", f->cur->seq,
                state != NULL ? state : f->cur->state);
     else if (f->cur != NULL)
-        fr_put(buf, cap, len, "%s in %s #%llu (%s)", plural ? "are" : "is", f->cur->name,
+        coll_buf_printf(buf, cap, len, "%s in %s #%llu (%s)", plural ? "are" : "is", f->cur->name,
                f->cur->seq, state != NULL ? state : f->cur->state);
     else if (f->any_done)
-        fr_put(buf, cap, len, "completed #%llu and %s not started #%llu", f->last_done,
+        coll_buf_printf(buf, cap, len, "completed #%llu and %s not started #%llu", f->last_done,
                plural ? "have" : "has", f->last_done + 1);
     else
-        fr_put(buf, cap, len, "%s completed no call", plural ? "have" : "has");
+        coll_buf_printf(buf, cap, len, "%s completed no call", plural ? "have" : "has");
 }
 
 /* A wait of rank `rank` for bytes from `from` in the majority's call. */
@@ -319,7 +307,7 @@ static void fr_mismatches(const struct fr_group *g, struct fr_verdict *v)
         if (differ && told++ < FR_MAX_MISMATCHES) {
             char s[2048];
             size_t len = 0;
-            fr_put(s, sizeof(s), &len, "mismatch in #%llu:", v->mm[a].seq);
+            coll_buf_printf(s, sizeof(s), &len, "mismatch in #%llu:", v->mm[a].seq);
             memset(done + a, 0, (size_t)(b - a));
             for (int i = a; i < b; i++) {
                 if (done[i])
@@ -330,9 +318,9 @@ static void fr_mismatches(const struct fr_group *g, struct fr_verdict *v)
                         done[j] = true;
                         ranks[nr++] = v->mm[j].rank;
                     }
-                fr_put(s, sizeof(s), &len, "%s ", i == a ? "" : ";");
+                coll_buf_printf(s, sizeof(s), &len, "%s ", i == a ? "" : ";");
                 fr_put_ranks(s, sizeof(s), &len, ranks, nr);
-                fr_put(s, sizeof(s), &len, " called ");
+                coll_buf_printf(s, sizeof(s), &len, " called ");
                 fr_put_call(s, sizeof(s), &len, v->mm[i].c);
             }
             fr_line(v, s);
@@ -370,7 +358,7 @@ static bool fr_analyse(const struct fr_group *g, struct fr_verdict *v)
     size_t len = 0;
     if (v->nmissing > 0) {
         fr_put_ranks(s, sizeof(s), &len, v->missing, v->nmissing);
-        fr_put(s, sizeof(s), &len, " wrote no record: %s died, %s killed or stopped, or %s "
+        coll_buf_printf(s, sizeof(s), &len, " wrote no record: %s died, %s killed or stopped, or %s "
                "communicator neither failed nor was aborted",
                v->nmissing == 1 ? "it" : "they", v->nmissing == 1 ? "was" : "were",
                v->nmissing == 1 ? "its" : "their");
@@ -416,7 +404,7 @@ static bool fr_analyse(const struct fr_group *g, struct fr_verdict *v)
     char maj[2048];
     size_t mlen = 0;
     fr_put_ranks(maj, sizeof(maj), &mlen, v->maj, v->nmaj);
-    fr_put(maj, sizeof(maj), &mlen, " ");
+    coll_buf_printf(maj, sizeof(maj), &mlen, " ");
     fr_put_where(maj, sizeof(maj), &mlen, v->rep, v->nmaj > 1, v->maj_state, v->maj_mixed);
     /* Behind and ahead, position by position, the farthest behind first. */
     for (int a = 0; a < v->npresent;) {
@@ -435,10 +423,10 @@ static bool fr_analyse(const struct fr_group *g, struct fr_verdict *v)
                 v->nahead += b - a;
             len = 0;
             fr_put_ranks(s, sizeof(s), &len, set, b - a);
-            fr_put(s, sizeof(s), &len, " %s %s: %s, ", b - a == 1 ? "is" : "are",
+            coll_buf_printf(s, sizeof(s), &len, " %s %s: %s, ", b - a == 1 ? "is" : "are",
                    behind ? "behind" : "ahead", maj);
             fr_put_ranks(s, sizeof(s), &len, set, b - a);
-            fr_put(s, sizeof(s), &len, " ");
+            coll_buf_printf(s, sizeof(s), &len, " ");
             fr_put_where(s, sizeof(s), &len, f, b - a > 1, NULL, false);
             fr_line(v, s);
         }
@@ -451,10 +439,10 @@ static bool fr_analyse(const struct fr_group *g, struct fr_verdict *v)
     if (v->nbehind == 0 && v->nahead == 0) {
         len = 0;
         if (v->nmissing == 0) {
-            fr_put(s, sizeof(s), &len, n == 1 ? "the rank " : "all ranks ");
+            coll_buf_printf(s, sizeof(s), &len, n == 1 ? "the rank " : "all ranks ");
             fr_put_where(s, sizeof(s), &len, v->rep, n > 1, v->maj_state, v->maj_mixed);
         } else {
-            fr_put(s, sizeof(s), &len, "the rank%s with a record, %s", v->nmaj == 1 ? "" : "s",
+            coll_buf_printf(s, sizeof(s), &len, "the rank%s with a record, %s", v->nmaj == 1 ? "" : "s",
                    maj);
         }
         fr_line(v, s);
@@ -486,7 +474,7 @@ static bool fr_analyse(const struct fr_group *g, struct fr_verdict *v)
             const struct fr_wait *w = &v->waits[0];
             v->cause = w->from;
             len = 0;
-            fr_put(s, sizeof(s), &len, "rank %d waits for rank %d: received %llu of %llu B "
+            coll_buf_printf(s, sizeof(s), &len, "rank %d waits for rank %d: received %llu of %llu B "
                    "posted from it", w->rank, w->from, w->got, w->posted);
             const struct fr_file *src = w->from < n ? g->byrank[w->from] : NULL;
             const struct fr_peer *back = src != NULL && src->cur != NULL &&
@@ -494,16 +482,16 @@ static bool fr_analyse(const struct fr_group *g, struct fr_verdict *v)
                                              ? fr_peer_of(src->cur, w->rank)
                                              : NULL;
             if (src == NULL)
-                fr_put(s, sizeof(s), &len, "; rank %d wrote no record", w->from);
+                coll_buf_printf(s, sizeof(s), &len, "; rank %d wrote no record", w->from);
             else if (src->cur == NULL || src->cur->seq != seq)
-                fr_put(s, sizeof(s), &len, "; rank %d is not in #%llu", w->from, seq);
+                coll_buf_printf(s, sizeof(s), &len, "; rank %d is not in #%llu", w->from, seq);
             else if (back == NULL || back->sent_posted == 0)
-                fr_put(s, sizeof(s), &len, "; rank %d posted nothing to send to rank %d",
+                coll_buf_printf(s, sizeof(s), &len, "; rank %d posted nothing to send to rank %d",
                        w->from, w->rank);
             else
-                fr_put(s, sizeof(s), &len, "; rank %d sent %llu of %llu B posted to it",
+                coll_buf_printf(s, sizeof(s), &len, "; rank %d sent %llu of %llu B posted to it",
                        w->from, back->sent, back->sent_posted);
-            fr_put(s, sizeof(s), &len, " (likely cause: rank %d)", w->from);
+            coll_buf_printf(s, sizeof(s), &len, " (likely cause: rank %d)", w->from);
             fr_line(v, s);
             fr_suspect(v, w->from);
         }
@@ -533,20 +521,20 @@ static void fr_text_rank(FILE *out, const struct fr_file *f)
 {
     char s[1024];
     size_t len = 0;
-    fr_put(s, sizeof(s), &len, "  rank %d (%s, pid %lld): %s", f->rank, f->host ? f->host : "?",
+    coll_buf_printf(s, sizeof(s), &len, "  rank %d (%s, pid %lld): %s", f->rank, f->host ? f->host : "?",
            f->pid, f->reason);
     if (f->why[0] != '\0' && strcmp(f->reason, "failed") == 0)
-        fr_put(s, sizeof(s), &len, " (%s)", f->why);
+        coll_buf_printf(s, sizeof(s), &len, " (%s)", f->why);
     if (f->any_done)
-        fr_put(s, sizeof(s), &len, "; completed #%llu", f->last_done);
+        coll_buf_printf(s, sizeof(s), &len, "; completed #%llu", f->last_done);
     else
-        fr_put(s, sizeof(s), &len, "; completed none");
+        coll_buf_printf(s, sizeof(s), &len, "; completed none");
     if (f->cur != NULL) {
-        fr_put(s, sizeof(s), &len, "; in #%llu ", f->cur->seq);
+        coll_buf_printf(s, sizeof(s), &len, "; in #%llu ", f->cur->seq);
         fr_put_call(s, sizeof(s), &len, f->cur);
-        fr_put(s, sizeof(s), &len, " via %s (%s)", f->cur->algo, f->cur->state);
+        coll_buf_printf(s, sizeof(s), &len, " via %s (%s)", f->cur->algo, f->cur->state);
     } else {
-        fr_put(s, sizeof(s), &len, "; no call in progress");
+        coll_buf_printf(s, sizeof(s), &len, "; no call in progress");
     }
     fprintf(out, "%s\n", s);
     if (f->error != NULL && f->error[0] != '\0')
@@ -566,15 +554,15 @@ static void fr_text(const struct fr_state *st, FILE *out)
         const struct fr_file *any = NULL;
         for (int r = 0; r < g->nranks && any == NULL; r++)
             any = g->byrank[r];
-        fr_put(s, sizeof(s), &len, "\ncommunicator %s", g->comm);
+        coll_buf_printf(s, sizeof(s), &len, "\ncommunicator %s", g->comm);
         if (any != NULL && any->name != NULL)
-            fr_put(s, sizeof(s), &len, " \"%s\"", any->name);
-        fr_put(s, sizeof(s), &len, ", %d rank%s: ", g->nranks, g->nranks == 1 ? "" : "s");
+            coll_buf_printf(s, sizeof(s), &len, " \"%s\"", any->name);
+        coll_buf_printf(s, sizeof(s), &len, ", %d rank%s: ", g->nranks, g->nranks == 1 ? "" : "s");
         if (ok) {
-            fr_put(s, sizeof(s), &len, "records of ");
+            coll_buf_printf(s, sizeof(s), &len, "records of ");
             fr_put_ranks(s, sizeof(s), &len, v.present, v.npresent);
             if (v.nmissing > 0) {
-                fr_put(s, sizeof(s), &len, "; missing: ");
+                coll_buf_printf(s, sizeof(s), &len, "; missing: ");
                 fr_put_ranks(s, sizeof(s), &len, v.missing, v.nmissing);
             }
         }
@@ -596,13 +584,13 @@ static void fr_text(const struct fr_state *st, FILE *out)
         }
         if (v.nwaits > 0) {
             len = 0;
-            fr_put(s, sizeof(s), &len, "  waits in #%llu:", v.rep->cur->seq);
+            coll_buf_printf(s, sizeof(s), &len, "  waits in #%llu:", v.rep->cur->seq);
             for (int i = 0; i < v.nwaits && i < 16; i++)
-                fr_put(s, sizeof(s), &len, "%s rank %d for rank %d (%llu/%llu B)",
+                coll_buf_printf(s, sizeof(s), &len, "%s rank %d for rank %d (%llu/%llu B)",
                        i ? "," : "", v.waits[i].rank, v.waits[i].from, v.waits[i].got,
                        v.waits[i].posted);
             if (v.nwaits > 16)
-                fr_put(s, sizeof(s), &len, ", and %d more", v.nwaits - 16);
+                coll_buf_printf(s, sizeof(s), &len, ", and %d more", v.nwaits - 16);
             fprintf(out, "%s\n", s);
         }
         fprintf(out, "  verdict:\n");
@@ -610,7 +598,7 @@ static void fr_text(const struct fr_state *st, FILE *out)
             fprintf(out, "    %s\n", v.lines[i]);
         if (v.nsuspects > 0) {
             len = 0;
-            fr_put(s, sizeof(s), &len, "  suspects: ");
+            coll_buf_printf(s, sizeof(s), &len, "  suspects: ");
             fr_put_ranks(s, sizeof(s), &len, v.suspects, v.nsuspects);
             fprintf(out, "%s\n", s);
         } else {
