@@ -1,5 +1,6 @@
 /* Unit test: parameter parsing, log level/subsystem parsing, error strings,
  * interface-list matching and the algorithm override grammar. */
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -9,6 +10,96 @@
 #include "log.h"
 #include "param.h"
 #include "socket.h"
+
+/* The NCCL_* names in the first column of the table under `heading`, in
+ * docs/env.md's section "NCCL's variables", with the COLL_* name of the second
+ * column ("" where none).  Returns how many. */
+static int doc_nccl_rows(const char *doc, const char *heading, char names[][64], char colls[][64],
+                         int max)
+{
+    const char *sec = strstr(doc, "\n## NCCL's variables\n");
+    const char *p = sec ? strstr(sec, heading) : NULL;
+    CHECK_MSG(p != NULL, "docs/env.md has no '%s' under '## NCCL's variables'", heading);
+    if (p == NULL)
+        return 0;
+    int n = 0;
+    for (p = strchr(p, '\n'); p != NULL && p[1] != '\0' && strncmp(p + 1, "#", 1) != 0;
+         p = strchr(p + 1, '\n')) {
+        const char *line = p + 1;
+        if (strncmp(line, "| `NCCL_", 8) != 0)
+            continue;
+        const char *c2 = strchr(line + 1, '|');
+        const char *c3 = c2 ? strchr(c2 + 1, '|') : NULL;
+        if (c3 == NULL)
+            continue;
+        static const char var_chars[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_";
+        char coll[64] = "";
+        const char *q = strstr(c2, "`COLL_");
+        if (q != NULL && q < c3)
+            snprintf(coll, sizeof(coll), "%.*s", (int)strspn(q + 1, var_chars), q + 1);
+        for (q = strstr(line, "`NCCL_"); q != NULL && q < c2 && n < max;
+             q = strstr(q + 1, "`NCCL_")) {
+            snprintf(names[n], 64, "%.*s", (int)strspn(q + 1, var_chars), q + 1);
+            snprintf(colls[n], 64, "%s", coll);
+            n++;
+        }
+    }
+    return n;
+}
+
+static int name_at(const char *name, char names[][64], int n)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(names[i], name) == 0)
+            return i;
+    return -1;
+}
+
+/* docs/env.md's tables of NCCL's variables against the code's, both ways: every
+ * name the code reads is in the doc's mapping table, beside the COLL_ variable
+ * it sets, and every name there is read by the code; likewise for the variables
+ * with no meaning here. */
+static void check_doc_nccl(const char *doc, const struct coll_param_def *t)
+{
+    static char names[256][64], colls[256][64];
+    int n = doc_nccl_rows(doc, "### Read in place of a COLL_ variable", names, colls, 256);
+    CHECK(n > 0);
+    int ncode = 0;
+    enum coll_param_id id;
+    for (const char *v; (v = coll_param_nccl_var(ncode, &id)) != NULL; ncode++) {
+        int k = name_at(v, names, n);
+        CHECK_MSG(k >= 0, "docs/env.md's NCCL table misses %s", v);
+        if (k >= 0)
+            CHECK_MSG(strcmp(colls[k], t[id].name) == 0, "docs/env.md gives %s for %s, the code %s",
+                      colls[k], v, t[id].name);
+    }
+    for (int k = 0; k < n; k++) {
+        bool found = false;
+        for (int i = 0; (coll_param_nccl_var(i, &id)) != NULL && !found; i++)
+            found = strcmp(coll_param_nccl_var(i, &id), names[k]) == 0;
+        CHECK_MSG(found, "docs/env.md's NCCL table lists %s, which the code does not read",
+                  names[k]);
+    }
+    CHECK_MSG(n == ncode, "docs/env.md's NCCL table has %d names, the code %d", n, ncode);
+
+    n = doc_nccl_rows(doc, "### With no meaning here", names, colls, 256);
+    int nunused = 0;
+    const char *why;
+    for (const char *v; (v = coll_param_nccl_unused(nunused, &why)) != NULL; nunused++) {
+        CHECK_MSG(name_at(v, names, n) >= 0, "docs/env.md's list of NCCL variables with no "
+                  "meaning here misses %s", v);
+        for (int i = 0; coll_param_nccl_var(i, &id) != NULL; i++)
+            CHECK_MSG(strcmp(coll_param_nccl_var(i, &id), v) != 0, "%s both read and unused", v);
+    }
+    for (int k = 0; k < n; k++) {
+        bool found = false;
+        for (int i = 0; coll_param_nccl_unused(i, &why) != NULL && !found; i++)
+            found = strcmp(coll_param_nccl_unused(i, &why), names[k]) == 0;
+        CHECK_MSG(found, "docs/env.md lists %s as meaningless here; the code does not", names[k]);
+    }
+    CHECK_MSG(n == nunused, "docs/env.md lists %d meaningless NCCL variables, the code %d", n,
+              nunused);
+}
 
 int main(void)
 {
@@ -54,6 +145,22 @@ int main(void)
           (mask & COLL_SUBSYS_TCP));
     CHECK(coll_log_parse_subsys("ALL", &mask) == 0 && mask == COLL_SUBSYS_ALL);
     CHECK(coll_log_parse_subsys("INIT,NOPE", &mask) == -1);
+    /* NCCL's subsystem names, as the nearest of ours */
+    CHECK(coll_log_parse_subsys("BOOTSTRAP,NET", &mask) == 0 &&
+          mask == (COLL_SUBSYS_BOOT | COLL_SUBSYS_TCP | COLL_SUBSYS_VERBS));
+    CHECK(coll_log_parse_subsys("^tuning", &mask) == 0 &&
+          mask == (COLL_SUBSYS_ALL & ~(uint32_t)COLL_SUBSYS_ALGO));
+    static const char *const nccl_subsys[] = {"INIT", "COLL", "P2P", "SHM", "NET", "GRAPH",
+                                              "TUNING", "ENV", "ALLOC", "CALL", "PROXY", "NVLS",
+                                              "BOOTSTRAP", "REG", "PROFILE", "RAS", "ALL"};
+    for (size_t i = 0; i < sizeof(nccl_subsys) / sizeof(nccl_subsys[0]); i++)
+        CHECK_MSG(coll_log_parse_subsys(nccl_subsys[i], &mask) == 0 && mask != 0,
+                  "NCCL's subsystem %s", nccl_subsys[i]);
+    char names[128];
+    coll_log_subsys_names(COLL_SUBSYS_TCP | COLL_SUBSYS_VERBS, names, sizeof(names));
+    CHECK(strcmp(names, "TCP,VERBS") == 0);
+    coll_log_subsys_names(COLL_SUBSYS_ALL, names, sizeof(names));
+    CHECK(strcmp(names, "ALL") == 0);
 
     /* Result strings: distinct, non-empty, and something for out-of-range codes. */
     for (int i = 0; i < collNumResults; i++) {
@@ -84,12 +191,14 @@ int main(void)
         FILE *f = fopen(path, "r");
         CHECK_MSG(f != NULL, "cannot open %s", path);
         if (f != NULL) {
-            static char doc[1 << 16];
+            static char doc[1 << 17];
             size_t len = fread(doc, 1, sizeof(doc) - 1, f);
             doc[len] = '\0';
             fclose(f);
+            CHECK_MSG(len < sizeof(doc) - 1, "docs/env.md is larger than the test reads");
             for (int i = 0; i < n; i++)
                 CHECK_MSG(strstr(doc, t[i].name) != NULL, "docs/env.md misses %s", t[i].name);
+            check_doc_nccl(doc, t);
         }
     }
 

@@ -37,6 +37,26 @@ static const struct {
     {"ALLOC", COLL_SUBSYS_ALLOC}, {"ENV", COLL_SUBSYS_ENV},     {"ALL", COLL_SUBSYS_ALL},
 };
 
+/* NCCL's subsystem names that are not ours, each taken as the nearest of ours, so
+ * that NCCL_DEBUG_SUBSYS (and COLL_DEBUG_SUBSYS) accept them.  INIT, COLL, SHM, ENV,
+ * ALLOC and ALL are the same in both.  docs/env.md has the same table. */
+static const struct {
+    const char *name;
+    uint32_t bits;
+} subsys_aliases[] = {
+    {"P2P", COLL_SUBSYS_TRANSPORT | COLL_SUBSYS_SHM}, /* how the peers of a host connect */
+    {"NET", COLL_SUBSYS_TCP | COLL_SUBSYS_VERBS},
+    {"GRAPH", COLL_SUBSYS_INIT},                      /* the topology is read at init */
+    {"TUNING", COLL_SUBSYS_ALGO},
+    {"CALL", COLL_SUBSYS_COLL},
+    {"PROXY", COLL_SUBSYS_TRANSPORT},
+    {"NVLS", COLL_SUBSYS_CUDA},
+    {"BOOTSTRAP", COLL_SUBSYS_BOOT},
+    {"REG", COLL_SUBSYS_ALLOC | COLL_SUBSYS_VERBS},   /* only verbs registers memory */
+    {"PROFILE", COLL_SUBSYS_INIT},
+    {"RAS", COLL_SUBSYS_BOOT | COLL_SUBSYS_COLL},     /* status queries, flight records */
+};
+
 int coll_log_parse_level(const char *s)
 {
     for (int i = 0; i < (int)(sizeof(level_names) / sizeof(level_names[0])); i++)
@@ -57,16 +77,32 @@ int coll_log_parse_subsys(const char *s, uint32_t *mask_p)
     snprintf(buf, sizeof(buf), "%s", s);
     char *save = NULL;
     for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        size_t i;
-        for (i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
+        uint32_t bits = 0;
+        for (size_t i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]) && !bits; i++)
             if (strcasecmp(tok, subsys_names[i].name) == 0)
-                break;
-        if (i == sizeof(subsys_names) / sizeof(subsys_names[0]))
+                bits = subsys_names[i].bit;
+        for (size_t i = 0; i < sizeof(subsys_aliases) / sizeof(subsys_aliases[0]) && !bits; i++)
+            if (strcasecmp(tok, subsys_aliases[i].name) == 0)
+                bits = subsys_aliases[i].bits;
+        if (bits == 0)
             return -1;
-        mask |= subsys_names[i].bit;
+        mask |= bits;
     }
     *mask_p = negate ? (COLL_SUBSYS_ALL & ~mask) : mask;
     return 0;
+}
+
+void coll_log_subsys_names(uint32_t mask, char *buf, size_t cap)
+{
+    size_t len = 0;
+    buf[0] = '\0';
+    if ((mask & COLL_SUBSYS_ALL) == COLL_SUBSYS_ALL) {
+        coll_buf_printf(buf, cap, &len, "ALL");
+        return;
+    }
+    for (size_t i = 0; i < sizeof(subsys_names) / sizeof(subsys_names[0]); i++)
+        if (subsys_names[i].bit != COLL_SUBSYS_ALL && (mask & subsys_names[i].bit))
+            coll_buf_printf(buf, cap, &len, "%s%s", len ? "," : "", subsys_names[i].name);
 }
 
 /* Expands %h (host) and %p (pid) in a COLL_DEBUG_FILE pattern. */
@@ -115,13 +151,15 @@ static void log_setup(void)
         if (fd >= 0)
             log_fd = fd;
         else
-            fprintf(stderr, "COLL WARN cannot open COLL_DEBUG_FILE %s: %s\n", path,
-                    strerror(errno));
+            fprintf(stderr, "COLL WARN cannot open %s %s: %s\n",
+                    coll_param_source(COLL_PARAM_DEBUG_FILE), path, strerror(errno));
     }
     __atomic_store_n(&coll_log_level_cur, level, __ATOMIC_RELEASE);
     if (level == COLL_LOG_VERSION || level >= COLL_LOG_INFO)
         coll_log_write(COLL_LOG_VERSION, COLL_SUBSYS_INIT, __FILE__, __LINE__,
                        "libcollective version %s", COLL_VERSION_STRING);
+    /* What the NCCL_* variables did, now that INFO lines can be written. */
+    coll_param_log_nccl();
     errno = saved;
 }
 

@@ -42,8 +42,11 @@ void coll_log_write(enum coll_log_level lvl, uint32_t subsys, const char *file, 
                     const char *fmt, ...) __attribute__((format(printf, 5, 6)));
 /* Parses a level name ("WARN") or returns -1. */
 int coll_log_parse_level(const char *s);
-/* Parses "INIT,TCP" / "^COLL" / "ALL" into a mask. Returns -1 on an unknown name. */
+/* Parses "INIT,TCP" / "^COLL" / "ALL" into a mask.  NCCL's names (NET, BOOTSTRAP,
+ * TUNING, ...) are taken as the nearest of ours.  Returns -1 on an unknown name. */
 int coll_log_parse_subsys(const char *s, uint32_t *mask_p);
+/* Writes mask as our subsystem names, "TCP,VERBS" (or "ALL"), into buf. */
+void coll_log_subsys_names(uint32_t mask, char *buf, size_t cap);
 
 static inline int coll_log_on(enum coll_log_level lvl, uint32_t subsys)
 {

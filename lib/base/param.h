@@ -71,6 +71,20 @@ const struct coll_param_def *coll_param_table(int *n_p);
 void coll_param_print(FILE *f);
 /* Parses "123", "64K", "1M", "2G" (powers of 1024).  Returns 0 on success. */
 int coll_parse_size(const char *s, int64_t *v_p);
+/* The name of the variable that gave id its value: its COLL_ name, the NCCL name
+ * read in its place (docs/env.md, "NCCL's variables"), or NULL when unset. */
+const char *coll_param_source(enum coll_param_id id);
+/* NCCL's variables read in place of an unset COLL_ one, one per call: the i-th
+ * name, with the parameter it sets in *id_p; NULL past the last. */
+const char *coll_param_nccl_var(int i, enum coll_param_id *id_p);
+/* NCCL's variables that mean nothing here, one per call: the i-th name, with why
+ * in *why_p; NULL past the last. */
+const char *coll_param_nccl_unused(int i, const char **why_p);
+/* Logs at INFO (ENV) what each NCCL_* variable of the environment did: taken for a
+ * COLL_ one (and how it was translated), overridden by the COLL_ one, or ignored
+ * because it has no meaning here or is not known.  The log calls it once, when it
+ * is set up. */
+void coll_param_log_nccl(void);
 /* getenv for variables that are not tunables (launcher variables such as RANK);
  * the one place besides the table that reads the environment. */
 const char *coll_env_get(const char *name);
