@@ -95,8 +95,9 @@ COLL_API collResult_t collCommInitFromEnv(collComm_t *comm)
     }
     struct coll_id id;
     if (coll_bootstrap_id_from_addr(root, coll_param_str(COLL_PARAM_SECRET), &id) != collSuccess) {
+        const char *from = coll_param_source(COLL_PARAM_COMM_ID);
         coll_set_error(NULL, "collCommInitFromEnv: bad root address '%s' or COLL_SECRET "
-                       "(COLL_COMM_ID must be host:port)", root);
+                       "(%s must be host:port)", root, from ? from : "COLL_COMM_ID");
         return collInvalidArgument;
     }
     COLL_INFO(COLL_SUBSYS_ENV, "rank %d of %d from %s variables, root %s", rank, nranks,
