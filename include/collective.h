@@ -322,6 +322,94 @@ COLL_API collResult_t collCommUserRank(const collComm_t comm, int *rank);
  */
 COLL_API collResult_t collCommGetBytes(const collComm_t comm, uint64_t *sent, uint64_t *received);
 
+/*
+ * What the last call on a communicator used, for collCommGetLastCallInfo.
+ * Declare it with COLL_CALL_INFO_INITIALIZER (or set size, magic and version as
+ * it does): the library writes only the first `size` bytes, so a program built
+ * against this header keeps working with a later library whose struct is longer.
+ * The fields, with what they hold when no call has ended on comm yet:
+ *   seq         the call's number on comm, as error messages ("allreduce #12")
+ *               and the flight record give it; 0: no call yet.
+ *   func        the call as logs and error messages name it: "allreduce",
+ *               "broadcast", "reduce", "allgather", "reducescatter" (collBarrier
+ *               is a one-byte allreduce), or "collSend", "collRecv",
+ *               "collAllToAll", "collGather", "collScatter", "group" (the sends
+ *               and receives of one collGroupEnd); NULL: no call yet.
+ *   algo        the algorithm that ran it: "ring", "tree", "naive", "rd",
+ *               "direct", "hier", "ll" (docs/algorithms.md), or "p2p" for the
+ *               messages; NULL: no call yet.  Both are static strings.
+ *   transports  the transports of the connections the call moved bytes on, in
+ *               the order of the transport table, joined by '+': "shm", "tcp",
+ *               "shm+tcp".  ll and direct move their bytes through memory the
+ *               ranks of a host share, and run only when every peer is over
+ *               shared memory: they report every peer's transport.  "" when the
+ *               call exchanged nothing with another rank (one rank, a send to
+ *               itself, a count of 0 but with ll, whose ranks still meet).
+ *   peers       the ranks it exchanged bytes with (0 with "" above).
+ *   result      what the call returned (collSuccess, or the failure).
+ *   count       its count argument (sendcount / recvcount: elements per rank
+ *               for collAllGather and collReduceScatter); for a "group", 0.
+ *   datatype    its collDataType_t; -1 for a "group".
+ *   op, root    its collRedOp_t and root; -1 for a call that has none.
+ *   chunkBytes  the pipelining of ring, tree and naive: the most bytes one piece
+ *               of the buffer carries, COLL_CHUNKSIZE (whole elements of it) once
+ *               the buffer is large enough, less when a part of the buffer is
+ *               smaller than that (the ring cuts the buffer into nranks segments
+ *               first; the tree's allreduce into two halves from 64 KiB).
+ *   chunks      the pieces the whole buffer of the call is cut into (for
+ *               collAllGather and collReduceScatter, all nranks blocks).
+ *               Both 0 for a call that is not cut into pieces (ll, rd, direct,
+ *               the messages of "p2p", a call that moves nothing) and for hier,
+ *               whose levels cut their parts each their own way.
+ */
+#define COLL_CALL_INFO_TRANSPORTS_BYTES 32
+typedef struct {
+    size_t size;          /* sizeof(collCallInfo_t), set by the initializer */
+    unsigned int magic;   /* COLL_CALL_INFO_MAGIC */
+    unsigned int version; /* COLL_VERSION_CODE of the header */
+    uint64_t seq;
+    const char *func;
+    const char *algo;
+    char transports[COLL_CALL_INFO_TRANSPORTS_BYTES];
+    int peers;
+    collResult_t result;
+    size_t count;
+    int datatype;
+    int op;
+    int root;
+    size_t chunkBytes;
+    size_t chunks;
+} collCallInfo_t;
+
+#define COLL_CALL_INFO_MAGIC 0xca11cafeu
+#define COLL_CALL_INFO_INITIALIZER                                                       \
+    {                                                                                    \
+        sizeof(collCallInfo_t), COLL_CALL_INFO_MAGIC, COLL_VERSION_CODE, 0, NULL, NULL,  \
+            {0}, 0, collSuccess, 0, -1, -1, -1, 0, 0                                     \
+    }
+
+/*
+ * collCommGetLastCallInfo: describes in *info (see collCallInfo_t) the last call
+ * on comm that has ended on this rank: a collective, collSend / collRecv, or the
+ * messages of collAllToAll, collGather, collScatter or a group, whether it
+ * succeeded or failed (info->result).  With a stream, a call counts once it has
+ * run on the progress thread: calls still queued or running are not reported,
+ * and with several calls in flight at once (COLL_STREAM_OVERLAP) the one that
+ * ended last is.  A call refused at the boundary (collInvalidArgument,
+ * collInvalidUsage before it ran) is not a call that ran.  Calls the library
+ * makes on comm for its own needs count as calls too: collCommSplit's two
+ * allgathers on the comm that is split, collCommGrow's broadcast on the comm
+ * that grows.  With no call yet, info->seq is 0 and func and algo are NULL.
+ * The strings are static or inside *info.
+ * Returns collInvalidArgument, naming the argument, for a NULL comm or info, an
+ * info->magic other than COLL_CALL_INFO_MAGIC, or an info->size smaller than the
+ * collCallInfo_t above (the first version; later ones only add fields at its
+ * end); info is then left as it was.  A poisoned or revoked comm still answers.
+ * Thread safety: any thread, while comm is alive; a call ending meanwhile in
+ * another thread is reported whole or not at all.
+ */
+COLL_API collResult_t collCommGetLastCallInfo(const collComm_t comm, collCallInfo_t *info);
+
 /* collGetErrorString: a static message for each result code.
  * Thread safety: any thread. */
 COLL_API const char *collGetErrorString(collResult_t result);

@@ -410,6 +410,10 @@ struct perf_run {
     int bw_count;
     char algos[512];        /* "ring from 8, naive from 32768": what the library chose */
     const char *last_algo;
+    char tps[256];          /* "shm from 8": the transports of those calls */
+    char last_tps[COLL_CALL_INFO_TRANSPORTS_BYTES];
+    collCallInfo_t largest; /* the last out-of-place call at the largest size */
+    size_t largest_size;
 };
 
 struct perf_rank {
@@ -430,7 +434,7 @@ struct perf_rank {
     uint64_t rep;  /* seed of the next check, the same sequence on every rank */
     int errors;    /* results with wrong elements, the same count on every rank */
     bool poisoned; /* a call failed: abort rather than destroy */
-    const char *algo; /* the algorithm that ran the last timed call */
+    collCallInfo_t call; /* what the last timed call used (collCommGetLastCallInfo) */
     collStream_t stream; /* -y 0 */
 
     /* Written by the rank, read by the watchdog thread: no clock reading and no
@@ -745,15 +749,17 @@ static void perf_json_result(FILE *j, const char *key, const struct perf_result 
 
 static void perf_json_row(struct perf_run *run, size_t size, size_t count, const char *type,
                           const char *op, int root, const struct perf_result *oop,
-                          const struct perf_result *ip)
+                          const struct perf_result *ip, const collCallInfo_t *call)
 {
     FILE *j = run->json;
     if (j == NULL)
         return;
     fprintf(j,
             "%s\n    {\"size\": %zu, \"count\": %zu, \"type\": \"%s\", \"redop\": \"%s\", "
-            "\"root\": %d,\n     ",
-            run->json_first ? "" : ",", size, count, type, op, root);
+            "\"root\": %d,\n     \"algo\": \"%s\", \"transports\": \"%s\", "
+            "\"chunk_bytes\": %zu, \"chunks\": %zu,\n     ",
+            run->json_first ? "" : ",", size, count, type, op, root,
+            call->algo ? call->algo : "", call->transports, call->chunkBytes, call->chunks);
     perf_json_result(j, "oop", oop, run->opts.check > 0);
     fprintf(j, ",\n     ");
     perf_json_result(j, "ip", ip, run->opts.check > 0);
@@ -782,19 +788,33 @@ static void perf_place(struct perf_rank *pr, struct perf_case *c, bool in_place,
     c->recvp = in_place ? recv + c->lay.recv_ip_offset * elt * (size_t)pr->rank : recv;
 }
 
-/* Records which algorithm the library ran, once per change of algorithm. */
-static void perf_note_algo(struct perf_run *run, const char *algo, size_t size)
+/* Records which algorithm the library ran, once per change of algorithm, and
+ * over which transports, once per change of those; and the call at the largest
+ * size. */
+static void perf_note_algo(struct perf_run *run, const collCallInfo_t *call, size_t size)
 {
-    if (algo == NULL || (run->last_algo != NULL && strcmp(run->last_algo, algo) == 0))
+    const char *algo = call->algo;
+    if (algo == NULL)
         return;
-    size_t len = strlen(run->algos);
-    snprintf(run->algos + len, sizeof(run->algos) - len, "%s%s from %zu", len ? ", " : "", algo,
-             size);
-    run->last_algo = algo;
+    run->largest = *call;
+    run->largest_size = size;
+    if (run->last_algo == NULL || strcmp(run->last_algo, algo) != 0) {
+        size_t len = strlen(run->algos);
+        snprintf(run->algos + len, sizeof(run->algos) - len, "%s%s from %zu", len ? ", " : "",
+                 algo, size);
+        run->last_algo = algo;
+    }
+    const char *tps = call->transports[0] ? call->transports : "none";
+    if (run->tps[0] == '\0' || strcmp(run->last_tps, tps) != 0) {
+        size_t len = strlen(run->tps);
+        snprintf(run->tps + len, sizeof(run->tps) - len, "%s%s from %zu", len ? ", " : "", tps,
+                 size);
+        snprintf(run->last_tps, sizeof(run->last_tps), "%s", tps);
+    }
 }
 
 /* Waits for the calls issued on the stream (-y 0); with a NULL stream they are
- * already done.  Then notes the algorithm of the last one. */
+ * already done.  Then notes what the last one used. */
 static int perf_sync(struct perf_rank *pr)
 {
     if (pr->cu_stream != NULL && perf_dev_sync(pr->cu_stream) != 0) {
@@ -804,7 +824,8 @@ static int perf_sync(struct perf_rank *pr)
     }
     if (pr->stream != NULL)
         PERF_TRY(pr, "collStreamSynchronize", collStreamSynchronize(pr->stream));
-    pr->algo = coll_comm_last_algo(pr->comm);
+    pr->call = (collCallInfo_t)COLL_CALL_INFO_INITIALIZER;
+    PERF_TRY(pr, "collCommGetLastCallInfo", collCommGetLastCallInfo(pr->comm, &pr->call));
     return 0;
 }
 
@@ -963,16 +984,18 @@ static int perf_time_test(struct perf_rank *pr, collDataType_t type, collRedOp_t
                    root);
         if (perf_bench(pr, &c, false, &oop) != 0)
             return -1;
+        collCallInfo_t oop_call = pr->call;
         if (pr->rank == 0) {
             perf_print_result(run, &oop);
-            perf_note_algo(run, pr->algo, shown);
+            perf_note_algo(run, &oop_call, shown);
         }
         if (perf_bench(pr, &c, true, &ip) != 0)
             return -1;
         if (pr->rank == 0) {
             perf_print_result(run, &ip);
             printf("\n");
-            perf_json_row(run, shown, c.lay.param_count, type_name, op_name, root, &oop, &ip);
+            perf_json_row(run, shown, c.lay.param_count, type_name, op_name, root, &oop, &ip,
+                          &oop_call);
         }
     }
     return 0;
@@ -1099,12 +1122,25 @@ static int perf_rank_work(struct perf_rank *pr)
         printf("# Avg bus bandwidth    : %g \n", avg);
         if (run->algos[0])
             printf("# Algorithm by size (bytes): %s\n", run->algos);
+        if (run->tps[0])
+            printf("# Transports by size (bytes): %s\n", run->tps);
+        const collCallInfo_t *big = &run->largest;
+        if (big->algo != NULL) {
+            printf("# Largest size, %zu bytes: %s #%llu by %s over %s, %d peer%s, ",
+                   run->largest_size, big->func, (unsigned long long)big->seq, big->algo,
+                   big->transports[0] ? big->transports : "none", big->peers,
+                   big->peers == 1 ? "" : "s");
+            if (big->chunks > 0)
+                printf("%zu pieces of %zu bytes\n", big->chunks, big->chunkBytes);
+            else
+                printf("not cut into pieces\n");
+        }
         printf("#\n");
         if (run->json != NULL)
             fprintf(run->json,
                     "\n  ],\n  \"out_of_bounds\": %d,\n  \"avg_busbw\": %.6f,\n"
-                    "  \"algorithms\": \"%s\"\n}\n",
-                    pr->errors, perf_json_num(avg), run->algos);
+                    "  \"algorithms\": \"%s\",\n  \"transports\": \"%s\"\n}\n",
+                    pr->errors, perf_json_num(avg), run->algos, run->tps);
     }
     return pr->errors ? PERF_EXIT_FAIL : PERF_EXIT_OK;
 }

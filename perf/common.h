@@ -49,10 +49,9 @@ struct perf_case {
     size_t check_count; /* preset to lay.recv_count; 0 checks nothing on this rank */
 };
 
-/* Internal to the library, linked from its static archive: the algorithm that ran
- * the last call on comm ("ring", "tree", "naive", "rd", "p2p"). */
-const char *coll_comm_last_algo(const struct coll_comm *comm);
-/* Internal too: the transport between this rank and peer ("shm", "tcp"). */
+/* Internal to the library, linked from its static archive: the transport between
+ * this rank and peer ("shm", "tcp"), for the header's line on rank 0's peers.  What
+ * each timed call used comes from the public collCommGetLastCallInfo. */
 const char *coll_transport_peer_name(const struct coll_comm *comm, int peer);
 
 struct perf_coll {

@@ -9,6 +9,7 @@
 #include "fiber.h"
 #include "flight.h"
 #include "internal.h"
+#include "last_call.h"
 #include "mismatch.h"
 #include "p2p.h"
 #include "reduce.h"
@@ -106,7 +107,7 @@ static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
     COLL_CHECK(coll_algo_select(comm, f, a, &algo));
     comm->last_algo_name = algo->name;
     atomic_fetch_add(&comm->busy, 1);
-    comm->seq++;
+    uint64_t seq = ++comm->seq;
     if (algo->exclusive || comm->check_mismatch)
         coll_fiber_exclusive(comm);
     coll_exec_begin(comm, coll_func_name(f));
@@ -135,6 +136,12 @@ static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
             res = algo->run[f](comm, a);
         }
     }
+    /* Recorded while its flight record, which names its peers, is still open. */
+    coll_last_call_record(comm, &(struct coll_last_call_desc){
+                                    .seq = seq, .func = d.name, .algo = algo, .coll_func = (int)f,
+                                    .count = a->count, .dtype = d.dtype, .op = d.op,
+                                    .root = d.root},
+                          res);
     coll_flight_end(comm, res);
     atomic_fetch_sub(&comm->busy, 1);
     return res;

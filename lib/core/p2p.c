@@ -39,6 +39,7 @@
 #include "engine.h"
 #include "exec.h"
 #include "flight.h"
+#include "last_call.h"
 #include "mismatch.h"
 #include "device.h"
 #include "p2p.h"
@@ -57,6 +58,7 @@ enum { P2P_WAITING, P2P_POSTED, P2P_DONE };
 struct p2p_comm {
     struct coll_comm *comm;
     int *lane;     /* 2 * nranks: the lane of each send / receive connection, or -1 */
+    uint64_t seq;  /* the run's number on comm (its flight record's) */
 };
 
 struct p2p_run {
@@ -352,11 +354,12 @@ static void p2p_abandon(struct p2p_run *run, collResult_t res)
     }
 }
 
-/* Opens comm's flight record of the run: one message is described whole (count,
- * type, peer), a collective (all-to-all, gather, scatter) by its count, type and
- * root, and a group by its name and message count. */
-static void p2p_flight_begin(const struct p2p_run *run, struct coll_comm *comm,
-                             const struct coll_p2p_coll *coll)
+/* What comm's flight record says of the run: one message is described whole
+ * (count, type, peer), a collective (all-to-all, gather, scatter) by its count,
+ * type and root, and a group by its name and message count. */
+static struct coll_flight_desc p2p_flight_desc(const struct p2p_run *run,
+                                               const struct coll_comm *comm,
+                                               const struct coll_p2p_coll *coll)
 {
     int n = 0, one = -1;
     for (int i = 0; i < run->nops; i++)
@@ -377,7 +380,22 @@ static void p2p_flight_begin(const struct p2p_run *run, struct coll_comm *comm,
         d.root = coll->a.root;
         d.peer = -1;
     }
-    coll_flight_begin(comm, &d);
+    return d;
+}
+
+/* Records the run as comm's last call (collCommGetLastCallInfo) while its flight
+ * record is open; a group's count is 0 there, not its number of messages. */
+static void p2p_last_call(const struct p2p_run *run, const struct p2p_comm *pc,
+                          const struct coll_p2p_coll *coll, collResult_t res)
+{
+    struct coll_comm *comm = pc->comm;
+    struct coll_flight_desc f = p2p_flight_desc(run, comm, coll);
+    bool group = f.dtype < 0;
+    coll_last_call_record(comm, &(struct coll_last_call_desc){
+                                    .seq = pc->seq, .func = run->op_name, .coll_func = -1,
+                                    .count = group ? 0 : f.count, .dtype = f.dtype, .op = -1,
+                                    .root = f.root},
+                          res);
 }
 
 static collResult_t p2p_progress(struct p2p_run *run)
@@ -416,9 +434,10 @@ collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name
         struct coll_comm *comm = run.comms[c].comm;
         atomic_fetch_add(&comm->busy, 1);
         comm->last_algo_name = "p2p";
-        comm->seq++;
+        run.comms[c].seq = ++comm->seq;
         coll_exec_begin(comm, op_name);
-        p2p_flight_begin(&run, comm, coll);
+        struct coll_flight_desc d = p2p_flight_desc(&run, comm, coll);
+        coll_flight_begin(comm, &d);
     }
     /* An all-to-all, gather or scatter is a collective: COLL_CHECK_MISMATCH agrees
      * on it first. */
@@ -438,6 +457,7 @@ collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name
             p2p_abandon(&run, res);
     }
     for (int c = 0; c < run.ncomms; c++) {
+        p2p_last_call(&run, &run.comms[c], coll, res);
         coll_flight_end(run.comms[c].comm, res);
         atomic_fetch_sub(&run.comms[c].comm->busy, 1);
     }

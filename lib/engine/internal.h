@@ -129,6 +129,32 @@ struct coll_comm {
         uint32_t mask;
     } choice[COLL_FUNC_COUNT];
     const char *last_algo_name;          /* algorithm of the last call: "ring", "p2p" */
+    /* collCommGetLastCallInfo (lib/core/last_call.c): the last call that ended,
+     * written by the thread that ran it at its end, read by any thread; both
+     * hold last_call_lock (a spin lock: the writer holds it for a copy). */
+    struct coll_last_call {
+        uint64_t seq;                    /* 0: no call has ended yet */
+        const char *func, *algo;         /* static strings */
+        size_t count;
+        int dtype, op, root;             /* -1: none */
+        int result;                      /* collResult_t */
+        uint32_t tp_mask;                /* transports, by index in coll_transport_table */
+        int peers;
+        size_t chunk_bytes, chunks;
+    } last_call;
+    atomic_int last_call_lock;
+    /* What the last collective that succeeded used, kept by the thread that runs
+     * calls: the next call with the same algorithm, collective, count, type and
+     * root moves bytes with the same peers and cuts its buffer alike. */
+    struct coll_last_call_key {
+        bool valid;
+        const char *algo;
+        int func, dtype, root;
+        size_t count;
+        uint32_t tp_mask;
+        int peers;
+        size_t chunk_bytes, chunks;
+    } last_call_key;
 
     struct coll_direct *direct;          /* the direct allreduce's state (algorithms/direct.c) */
     struct coll_ll *ll;                  /* ll's shared slots (algorithms/ll.c) */
