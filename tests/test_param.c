@@ -1,5 +1,6 @@
 /* Unit test: parameter parsing, log level/subsystem parsing, error strings,
  * interface-list matching and the algorithm override grammar. */
+#include <ctype.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -53,6 +54,30 @@ static int name_at(const char *name, char names[][64], int n)
         if (strcmp(names[i], name) == 0)
             return i;
     return -1;
+}
+
+/* The reverse: every COLL_* name docs/env.md mentions is a parameter of the
+ * table, or one of the variables collrun sets for its ranks that the library
+ * does not read. */
+static void check_doc_coll(const char *doc, const struct coll_param_def *t, int n)
+{
+    static const char *const launcher[] = {"COLL_LOCAL_RANK", "COLL_LOCAL_SIZE", "COLL_JOIN"};
+    for (const char *p = strstr(doc, "COLL_"); p != NULL; p = strstr(p + 1, "COLL_")) {
+        if (p > doc && (isalnum((unsigned char)p[-1]) || p[-1] == '_'))
+            continue;
+        size_t len = 5;
+        while (isupper((unsigned char)p[len]) || isdigit((unsigned char)p[len]) || p[len] == '_')
+            len++;
+        if (len == 5 || p[len - 1] == '_')
+            continue; /* "COLL_" or "COLL_*" in prose */
+        bool known = false;
+        for (int i = 0; i < n && !known; i++)
+            known = strlen(t[i].name) == len && strncmp(t[i].name, p, len) == 0;
+        for (size_t i = 0; i < sizeof(launcher) / sizeof(launcher[0]) && !known; i++)
+            known = strlen(launcher[i]) == len && strncmp(launcher[i], p, len) == 0;
+        CHECK_MSG(known, "docs/env.md names %.*s, which is neither a parameter nor a variable "
+                  "collrun sets", (int)len, p);
+    }
 }
 
 /* docs/env.md's tables of NCCL's variables against the code's, both ways: every
@@ -198,6 +223,7 @@ int main(void)
             CHECK_MSG(len < sizeof(doc) - 1, "docs/env.md is larger than the test reads");
             for (int i = 0; i < n; i++)
                 CHECK_MSG(strstr(doc, t[i].name) != NULL, "docs/env.md misses %s", t[i].name);
+            check_doc_coll(doc, t, n);
             check_doc_nccl(doc, t);
         }
     }
