@@ -1,0 +1,103 @@
+#!/bin/bash
+# The README's path from a fresh machine to a user's own program, on this host: every
+# command below must appear in README.md as written, and each runs here, with what a
+# test must add (an install into a scratch directory instead of /usr/local, a free port,
+# mpirun's permission to run as root and to put 4 ranks on fewer cores).  torchrun and
+# mpirun are skipped when absent; the two-host commands are covered by collrun-hosts
+# and the multihost tests.
+# Usage: test_user_path.sh SOURCE_ROOT BUILD_ROOT
+set -u
+SRC=$1
+BUILD=$2
+README=$SRC/README.md
+TMP=$(mktemp -d)
+trap 'rm -rf "$TMP"' EXIT
+failures=0
+ok() { echo "ok:   $*"; }
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+free_port() {
+    /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+for cmd in 'meson install -C build' \
+           'cp examples/allreduce_example.c myprog.c' \
+           'cc -o myprog myprog.c $(pkg-config --cflags --libs collective)' \
+           'collrun -n 4 ./myprog' \
+           'torchrun --nproc_per_node 4 --no_python -r 1 -t 1 ./myprog' \
+           'mpirun -np 4 -x COLL_COMM_ID=127.0.0.1:29500 ./myprog' \
+           'COLL_TIMEOUT_MS=10000 collrun -n 4 --respawn build/examples/trainer/dp_trainer --elastic'; do
+    grep -qF -- "$cmd" "$README" || fail "README.md no longer says: $cmd"
+done
+
+# meson install -C build (into a scratch root)
+if ! meson install -C "$BUILD" --no-rebuild --quiet --destdir "$TMP/root" >"$TMP/log" 2>&1; then
+    fail "meson install"
+    tail -n 5 "$TMP/log"
+    exit 1
+fi
+pc=$(find "$TMP/root" -name collective.pc | head -n 1)
+libdir=$(dirname "$(find "$TMP/root" -name 'libcollective.so' | head -n 1)")
+bin=$TMP/root/usr/local/bin
+[ -n "$pc" ] && [ -x "$bin/collrun" ] && ok "installed: $(basename "$pc"), collrun, $(ls "$bin" | wc -l) programs" ||
+    fail "the install lacks collective.pc or collrun"
+
+# cp + cc with pkg-config
+cd "$TMP" || exit 1
+cp "$SRC/examples/allreduce_example.c" myprog.c
+export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$TMP/root
+# shellcheck disable=SC2046
+if cc -o myprog myprog.c $(pkg-config --cflags --libs collective) 2>"$TMP/cc.err"; then
+    ok "cc -o myprog myprog.c \$(pkg-config --cflags --libs collective)"
+else
+    fail "the compile with pkg-config"
+    head -n 5 "$TMP/cc.err"
+fi
+export LD_LIBRARY_PATH=$libdir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+# collrun -n 4 ./myprog
+if "$bin/collrun" -n 4 --timeout 120 ./myprog >"$TMP/out" 2>&1; then
+    ok "collrun -n 4 ./myprog: $(grep -c . "$TMP/out") lines, exit 0"
+else
+    fail "collrun -n 4 ./myprog"
+    tail -n 5 "$TMP/out"
+fi
+
+# torchrun
+if command -v torchrun >/dev/null; then
+    if (unset COLL_COMM_ID; timeout 120 torchrun --nproc_per_node 4 --no_python -r 1 -t 1 \
+            --master_port "$(free_port)" ./myprog) >"$TMP/out" 2>&1; then
+        ok "torchrun --nproc_per_node 4 --no_python -r 1 -t 1 ./myprog"
+    else
+        fail "torchrun ./myprog"
+        grep -v 'OMP_NUM_THREADS\|^\*\*\*' "$TMP/out" | tail -n 5
+    fi
+else
+    echo "skip: torchrun is not installed"
+fi
+
+# mpirun
+if command -v mpirun >/dev/null; then
+    if OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+            OMPI_MCA_rmaps_base_oversubscribe=1 timeout 120 \
+            mpirun -np 4 -x COLL_COMM_ID=127.0.0.1:"$(free_port)" ./myprog >"$TMP/out" 2>&1; then
+        ok "mpirun -np 4 -x COLL_COMM_ID=... ./myprog"
+    else
+        fail "mpirun ./myprog"
+        tail -n 5 "$TMP/out"
+    fi
+else
+    echo "skip: mpirun is not installed"
+fi
+
+# the elastic recipe
+cd "$SRC" || exit 1
+if COLL_TIMEOUT_MS=10000 "$BUILD/tools/collrun" -n 4 --respawn "$BUILD/examples/trainer/dp_trainer" \
+        --elastic >"$TMP/out" 2>&1 && grep -q 'final loss' "$TMP/out"; then
+    ok "the elastic recipe: $(grep 'final loss' "$TMP/out")"
+else
+    fail "the elastic recipe"
+    tail -n 5 "$TMP/out"
+fi
+
+echo "user path: $failures failures"
+[ "$failures" -eq 0 ]
