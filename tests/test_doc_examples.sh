@@ -13,6 +13,16 @@ DOC=$SRC/docs/porting.md
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 failures=0
+# A sanitizer build of the library: programs built against it need the same
+# runtime, and Python cannot load it after the fact (its parts are then skipped).
+SANFLAGS=""
+for rt in $(ldd "$BUILD/lib/libcollective.so" 2>/dev/null | grep -o 'lib[atub]*san' | sort -u); do
+    case $rt in
+    libasan) SANFLAGS="$SANFLAGS -fsanitize=address" ;;
+    libubsan) SANFLAGS="$SANFLAGS -fsanitize=undefined" ;;
+    libtsan) SANFLAGS="$SANFLAGS -fsanitize=thread" ;;
+    esac
+done
 ran=0
 ok() { echo "ok:   $*"; ran=$((ran + 1)); }
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
@@ -30,7 +40,8 @@ blocks() {
 nc=$(blocks c)
 for k in $(seq 1 "$nc"); do
     f=$TMP/c.$k
-    if ! cc -std=c11 -Wall -Werror -x c "$f" -I"$SRC/include" -L"$BUILD/lib" -lcollective \
+    # shellcheck disable=SC2086
+    if ! cc $SANFLAGS -std=c11 -Wall -Werror -x c "$f" -I"$SRC/include" -L"$BUILD/lib" -lcollective \
             -Wl,-rpath,"$BUILD/lib" -o "$TMP/c$k" 2>"$TMP/cc.err"; then
         fail "porting.md C block $k does not compile"
         sed 's/^/    | /' "$TMP/cc.err" | head -n 10
@@ -48,8 +59,9 @@ np=$(blocks python)
 for k in $(seq 1 "$np"); do
     f=$TMP/python.$k
     grep -q 'collective.torch' "$f" || continue
-    if ! /usr/bin/python3 -c 'import torch' 2>/dev/null || ! command -v torchrun >/dev/null; then
-        echo "skip: porting.md Python block $k (no torch or torchrun)"
+    if [ -n "$SANFLAGS" ] || ! /usr/bin/python3 -c 'import torch' 2>/dev/null ||
+            ! command -v torchrun >/dev/null; then
+        echo "skip: porting.md Python block $k (no torch or torchrun, or a sanitizer build)"
         continue
     fi
     cp "$f" "$TMP/prog$k.py"

@@ -13,6 +13,16 @@ README=$SRC/README.md
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 failures=0
+# A sanitizer build of the library: programs built against it need the same
+# runtime, and Python cannot load it after the fact (its parts are then skipped).
+SANFLAGS=""
+for rt in $(ldd "$BUILD/lib/libcollective.so" 2>/dev/null | grep -o 'lib[atub]*san' | sort -u); do
+    case $rt in
+    libasan) SANFLAGS="$SANFLAGS -fsanitize=address" ;;
+    libubsan) SANFLAGS="$SANFLAGS -fsanitize=undefined" ;;
+    libtsan) SANFLAGS="$SANFLAGS -fsanitize=thread" ;;
+    esac
+done
 ok() { echo "ok:   $*"; }
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 free_port() {
@@ -46,7 +56,7 @@ cd "$TMP" || exit 1
 cp "$SRC/examples/allreduce_example.c" myprog.c
 export PKG_CONFIG_PATH=$(dirname "$pc") PKG_CONFIG_SYSROOT_DIR=$TMP/root
 # shellcheck disable=SC2046
-if cc -o myprog myprog.c $(pkg-config --cflags --libs collective) 2>"$TMP/cc.err"; then
+if cc $SANFLAGS -o myprog myprog.c $(pkg-config --cflags --libs collective) 2>"$TMP/cc.err"; then
     ok "cc -o myprog myprog.c \$(pkg-config --cflags --libs collective)"
 else
     fail "the compile with pkg-config"
