@@ -3,8 +3,10 @@
 # command below must appear in README.md as written, and each runs here, with what a
 # test must add (an install into a scratch directory instead of /usr/local, a free port,
 # mpirun's permission to run as root and to put 4 ranks on fewer cores).  torchrun and
-# mpirun are skipped when absent; the two-host commands are covered by collrun-hosts
-# and the multihost tests.
+# mpirun are skipped when absent.  `collrun --hosts` runs on two network namespaces
+# (netns-cluster; skipped without them); the two-host mpirun and srun lines are not run
+# (Open MPI would need its own remote launcher into the namespaces, and there is no
+# Slurm here).
 # Usage: test_user_path.sh SOURCE_ROOT BUILD_ROOT
 set -u
 SRC=$1
@@ -97,6 +99,43 @@ if command -v mpirun >/dev/null; then
     fi
 else
     echo "skip: mpirun is not installed"
+fi
+
+# Two hosts: `collrun --hosts node1:2,node2:2 ./myprog`, on two network namespaces
+# made by netns-cluster, reached through netns-rsh; the secret exported and the
+# interface named as the README says (the installed library's directory passed on
+# with -x, where /usr/local would need none).  Skipped without namespaces.
+two_hosts() {
+    src=$SRC
+    # shellcheck source=tests/netns_lib.sh
+    . "$SRC/tests/netns_lib.sh"
+    netns_find
+    local rsh dir
+    rsh=$(dirname "$tool")/netns-rsh
+    [ -x "$rsh" ] || netns_skip "netns-rsh not found next to $tool"
+    dir=$(mktemp -d /tmp/test_user_path.XXXXXX)
+    netns_up "up$(($$ % 100000))x" 2 "$dir"
+    export NETNS_CLUSTER=$tool
+    COLL_SECRET=$(openssl rand -hex 16 2>/dev/null || od -An -tx1 -N16 /dev/urandom | tr -d ' \n')
+    export COLL_SECRET COLL_SOCKET_IFNAME=eth0
+    unset COLL_COMM_ID
+    "$bin/collrun" --rsh "$rsh" --timeout 120 --hosts "${netns_prefix}0:2,${netns_prefix}1:2" \
+        -x LD_LIBRARY_PATH ./myprog >"$dir/out" 2>&1 || { tail -n 5 "$dir/out"; return 1; }
+    grep -c . "$dir/out"
+}
+grep -qF 'collrun --hosts node1:2,node2:2 ./myprog' "$README" ||
+    fail "README.md no longer says: collrun --hosts node1:2,node2:2 ./myprog"
+grep -qF 'export COLL_SECRET=$(openssl rand -hex 16) COLL_SOCKET_IFNAME=eth0' "$README" ||
+    fail "README.md no longer names the secret and the interface for two hosts"
+(cd "$TMP" && two_hosts) >"$TMP/two.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ]; then
+    ok "collrun --hosts node1:2,node2:2 ./myprog on two namespaces: $(tail -n 1 "$TMP/two.out") lines"
+elif [ $rc -eq 77 ]; then
+    echo "skip: two hosts: $(grep SKIP "$TMP/two.out" | head -n 1)"
+else
+    fail "collrun --hosts on two namespaces"
+    tail -n 8 "$TMP/two.out"
 fi
 
 # the elastic recipe
