@@ -4,9 +4,9 @@
 # test must add (an install into a scratch directory instead of /usr/local, a free port,
 # mpirun's permission to run as root and to put 4 ranks on fewer cores).  torchrun and
 # mpirun are skipped when absent.  `collrun --hosts` runs on two network namespaces
-# (netns-cluster; skipped without them); the two-host mpirun and srun lines are not run
-# (Open MPI would need its own remote launcher into the namespaces, and there is no
-# Slurm here).
+# (netns-cluster; skipped without them), and so does the two-host mpirun line (mpirun
+# in the first namespace, netns-rsh as its remote shell); the srun lines are not run
+# (there is no Slurm here).
 # Usage: test_user_path.sh SOURCE_ROOT BUILD_ROOT
 set -u
 SRC=$1
@@ -121,16 +121,30 @@ two_hosts() {
     unset COLL_COMM_ID
     "$bin/collrun" --rsh "$rsh" --timeout 120 --hosts "${netns_prefix}0:2,${netns_prefix}1:2" \
         -x LD_LIBRARY_PATH ./myprog >"$dir/out" 2>&1 || { tail -n 5 "$dir/out"; return 1; }
-    grep -c . "$dir/out"
+    echo "collrun: $(grep -c . "$dir/out") lines"
+    # mpirun runs on the first host (the namespaces reach each other, not this one) and
+    # starts the second host's ranks through netns-rsh, as it would through ssh.
+    command -v mpirun >/dev/null || return 0
+    timeout 120 "$rsh" "${netns_prefix}0" env OMPI_ALLOW_RUN_AS_ROOT=1 \
+        OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_rmaps_base_oversubscribe=1 \
+        NETNS_CLUSTER="$tool" COLL_SECRET="$COLL_SECRET" COLL_SOCKET_IFNAME=eth0 \
+        LD_LIBRARY_PATH="$LD_LIBRARY_PATH" \
+        mpirun --mca plm_rsh_agent "$rsh" -np 4 -H "${netns_prefix}0:2,${netns_prefix}1:2" \
+        -x COLL_SECRET -x COLL_SOCKET_IFNAME -x LD_LIBRARY_PATH \
+        -x COLL_COMM_ID="${netns_prefix}0:29500" "$PWD/myprog" >"$dir/mpi.out" 2>&1 ||
+        { tail -n 5 "$dir/mpi.out"; return 1; }
+    echo "mpirun: $(grep -c 'rank .* 0 wrong' "$dir/mpi.out") ranks right"
 }
 grep -qF 'collrun --hosts node1:2,node2:2 ./myprog' "$README" ||
     fail "README.md no longer says: collrun --hosts node1:2,node2:2 ./myprog"
 grep -qF 'export COLL_SECRET=$(openssl rand -hex 16) COLL_SOCKET_IFNAME=eth0' "$README" ||
     fail "README.md no longer names the secret and the interface for two hosts"
+grep -qF 'mpirun -np 4 -H node1:2,node2:2 -x COLL_SECRET -x COLL_SOCKET_IFNAME' "$README" ||
+    fail "README.md no longer says: mpirun -np 4 -H node1:2,node2:2 ..."
 (cd "$TMP" && two_hosts) >"$TMP/two.out" 2>&1
 rc=$?
 if [ $rc -eq 0 ]; then
-    ok "collrun --hosts node1:2,node2:2 ./myprog on two namespaces: $(tail -n 1 "$TMP/two.out") lines"
+    ok "two namespaces: $(grep -E '^(collrun|mpirun):' "$TMP/two.out" | tr '\n' ' ')"
 elif [ $rc -eq 77 ]; then
     echo "skip: two hosts: $(grep SKIP "$TMP/two.out" | head -n 1)"
 else
