@@ -200,12 +200,14 @@ fi
 # step 20, the other 3 shrink, and the process collrun starts in its place joins them
 # (collCommGrow).  With rank 0 gone, another process becomes rank 0: it writes the
 # dump and listens for the replacement.  The death comes early so that the replacement
-# (a new process that loads the data and joins at a step boundary) has 180 steps to
-# come in before the run ends, even on a loaded machine. ----
+# (a new process that loads the data and joins at a step boundary) has time to come
+# in before the run ends, even on a loaded machine: 400 steps (it came in 2 to 132
+# steps after the death here), against a 1-rank run of 400. ----
+train ddp1_400 1 "${SMALL[@]}" --steps 400 --mode ddp
 for victim in 2 0; do
     name=grow$victim
     rc=0
-    "$COLLRUN" -n 4 --respawn --timeout 120 -- "$TRAINER" "${SMALL[@]}" --elastic \
+    "$COLLRUN" -n 4 --respawn --timeout 120 -- "$TRAINER" "${SMALL[@]}" --steps 400 --elastic \
         --fail-at $victim:20 --dump-params "$TMP/$name.bin" >"$TMP/$name.raw" \
         2>"$TMP/$name.err" </dev/null || rc=$?
     # rank 0's lines: from the slot that is rank 0 at the end (the last "elastic:" line's)
@@ -225,7 +227,7 @@ for victim in 2 0; do
         ok "$name: $(grep '^elastic: grew' "$TMP/$name.out")"
         learns $name
         close "$name (4 ranks, 3 from step 20, 4 again) vs 1 rank: parameters" \
-            "$TMP/$name.bin" "$TMP/ddp1.bin"
+            "$TMP/$name.bin" "$TMP/ddp1_400.bin"
     fi
 done
 

@@ -882,17 +882,18 @@ static void open_join_listener(struct trainer *t)
         t->listen_failed = true;
         return;
     }
-    /* Tried again at most once a second: the address may still be held, by a
+    /* Tried again every 100 ms (at step boundaries): the address may still be held
+     * for a moment by the old rank 0 as it exits, or, by a
      * stopped rank 0 that the others left behind, until that process is gone. */
     double now = now_s();
-    if (t->listen_failed && now - t->listen_tried < 1.0)
+    if (t->listen_failed && now - t->listen_tried < 0.1)
         return;
     t->listen_tried = now;
     char err[512];
     if (join_listen(&t->jl, addr, err, sizeof(err)) != 0) {
         if (!t->listen_failed)
             fprintf(stderr, "dp_trainer: --elastic: %s; new processes cannot join until it "
-                    "is free (tried again every second)\n", err);
+                    "is free (tried again every 100 ms)\n", err);
         t->listen_failed = true;
         return;
     }
