@@ -13,16 +13,8 @@ DOC=$SRC/docs/porting.md
 TMP=$(mktemp -d)
 trap 'rm -rf "$TMP"' EXIT
 failures=0
-# A sanitizer build of the library: programs built against it need the same
-# runtime, and Python cannot load it after the fact (its parts are then skipped).
-SANFLAGS=""
-for rt in $(ldd "$BUILD/lib/libcollective.so" 2>/dev/null | grep -o 'lib[atub]*san' | sort -u); do
-    case $rt in
-    libasan) SANFLAGS="$SANFLAGS -fsanitize=address" ;;
-    libubsan) SANFLAGS="$SANFLAGS -fsanitize=undefined" ;;
-    libtsan) SANFLAGS="$SANFLAGS -fsanitize=thread" ;;
-    esac
-done
+# shellcheck source=tests/sanitizer_flags.sh
+. "$SRC/tests/sanitizer_flags.sh"
 ran=0
 ok() { echo "ok:   $*"; ran=$((ran + 1)); }
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
