@@ -18,7 +18,8 @@ failures=0
 # shellcheck source=tests/sanitizer_flags.sh
 . "$SRC/tests/sanitizer_flags.sh"
 ok() { echo "ok:   $*"; }
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+failed_steps=""
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); failed_steps="$failed_steps; $*"; }
 free_port() {
     /usr/bin/python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
@@ -154,5 +155,5 @@ else
     tail -n 5 "$TMP/out"
 fi
 
-echo "user path: $failures failures"
+echo "user path: $failures failures${failed_steps:+ (${failed_steps#; })}"
 [ "$failures" -eq 0 ]

@@ -17,6 +17,7 @@ The first failing check prints its traceback and exits 1 (torchrun stops the oth
 the launcher fails unless every rank printed its PASS line.
 """
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -83,7 +84,9 @@ def launch(argv):
         print(f"FAIL: torchrun with {args.nproc} ranks did not finish within {args.timeout} s")
         return 1
     print(out)
-    passed = [ln for ln in out.splitlines() if "PASS rank" in ln]
+    # torchrun's prefixing writer can splice two ranks' lines into one, so the PASS
+    # lines are found anywhere in the output, one per rank, not at line starts
+    passed = set(re.findall(r"PASS rank (\d+) of \d+:", out))
     print(f"torchrun exit {p.returncode}, {len(passed)} of {args.nproc} ranks passed, "
           f"{time.time() - t0:.1f} s")
     if p.returncode != 0 or len(passed) != args.nproc:
