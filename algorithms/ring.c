@@ -132,6 +132,12 @@ static size_t ring_koff(const struct ring_ctx *x, size_t i, int seg)
     return koff;
 }
 
+/* Bytes of the largest slice: a segment of len0 elements cut into K. */
+static size_t ring_slice_bytes(const struct ring_ctx *x, size_t len0)
+{
+    return (len0 + x->K - 1) / x->K * x->esize;
+}
+
 /* The slot of the partial sum that piece i's reduction makes (a middle
  * reduce-scatter step of an allreduce); the next step sends it G pieces later. */
 static char *ring_sum_slot(const struct ring_ctx *x, size_t i)
@@ -261,7 +267,7 @@ static collResult_t ring_run(struct ring_ctx *x, int nsteps, void *reg, size_t r
                           .recv_reg_bytes = reg_bytes};
     size_t off0, len0;
     ring_seg(x, 0, &off0, &len0);
-    p.piece_bytes = (len0 + x->K - 1) / x->K * x->esize;
+    p.piece_bytes = ring_slice_bytes(x, len0);
     COLL_CHECK(ring_conns(x, &p.send_conn, &p.recv_conn));
     return coll_pipe_run(&p);
 }
@@ -309,15 +315,16 @@ static collResult_t ring_allgather(struct coll_comm *comm, const struct coll_arg
 
 static void ring_groups(const struct coll_comm *comm, struct ring_ctx *x, size_t len0)
 {
-    size_t slice_bytes = (len0 + x->K - 1) / x->K * x->esize;
-    size_t G = RING_GROUP_BYTES / slice_bytes;
+    size_t G = RING_GROUP_BYTES / ring_slice_bytes(x, len0);
     if (G < (size_t)comm->depth)
         G = (size_t)comm->depth;
-    if (G >= x->K)
-        return;
     size_t K = (x->K + G - 1) / G * G;
-    if (len0 / K < 16) /* every slice of every segment keeps some elements */
+    /* One group, or slices too small once K is rounded up: step by step.  (The
+     * bound keeps some elements in every slice of every segment.) */
+    if (G >= x->K || len0 / K < 16) {
+        x->G = x->K;
         return;
+    }
     x->K = K;
     x->G = G;
 }
@@ -339,9 +346,9 @@ static collResult_t ring_allreduce_steps(struct coll_comm *comm, const struct co
     bool whole = step0 == 0 && nsteps == 2 * (n - 1);
     if (whole)
         ring_groups(comm, &x, len0);
-    if (x.G == 0)
+    else
         x.G = x.K;
-    size_t slice_bytes = (len0 + x.K - 1) / x.K * esize;
+    size_t slice_bytes = ring_slice_bytes(&x, len0);
     if (a->sendbuf == a->recvbuf && step0 < x.nrs) {
         /* In place: our own contribution sits where a received slice would land,
          * so slices land in slots and are reduced into the buffer from there. */
@@ -516,7 +523,7 @@ collResult_t coll_ring_run_lines(struct coll_comm *comm, const struct coll_ring_
             lag = K < lag ? K : lag;
             size_t off0, len0;
             ring_seg(x, 0, &off0, &len0);
-            size_t pb = (len0 + K - 1) / K * x->esize;
+            size_t pb = ring_slice_bytes(x, len0);
             piece = pb > piece ? pb : piece;
             g = &st->g;
             l->n++;
