@@ -95,7 +95,7 @@ collResult_t coll_pipes_run(struct coll_pipe *ps, int n)
             sl->after = &rl->done;
             sl->lag = p->send_lag;
         }
-        if (p->recv_lag > 0) {
+        if (p->recv_lag > 0 || p->recv_after_send) {
             rl->after = &sl->done;
             rl->lag = p->recv_lag;
         }

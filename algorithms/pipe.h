@@ -9,7 +9,8 @@
  * it lands:
  *   send i     waits for  processed > i - send_lag    (when send_after_recv)
  *   receive i  waits for  processed > i - window      (buffer reuse)
- *              and        sends-done > i - recv_lag   (when recv_lag > 0)
+ *              and        sends-done > i - recv_lag   (when recv_lag > 0, or
+ *                                                      recv_after_send: > i)
  * Receives are posted before sends in every pass.  Over a transport that lends
  * received bytes in place (shared memory), pieces are taken in order as they
  * arrive under the same rules, without posting receives.
@@ -30,6 +31,7 @@ struct coll_pipe {
     bool send_after_recv;
     size_t send_lag;
     size_t recv_lag;
+    bool recv_after_send;        /* receive i waits for send i itself (recv_lag 0) */
     size_t window;               /* receives in flight, <= COLL_PIPE_MAX_WINDOW */
     size_t piece_bytes;          /* largest piece, for the waiting policy */
     bool last;                   /* the call's last schedule (coll_sched.last) */

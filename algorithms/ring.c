@@ -18,6 +18,9 @@
  *   rank 2: a2 b2 c2    sends c2 ->0      b1+b2 ->0
  *   after step 1: rank 0 owns b (b1+b2+b0), rank 1 owns c, rank 2 owns a.
  *
+ * Two ranks over shared memory: the allreduce is one exchange of the whole
+ * buffer, each rank reducing the peer's slices with its own (ring_allreduce_pair).
+ *
  * ReduceScatter: the reduce-scatter half, rotated so rank r ends with block r;
  * partial sums live in a double buffer of two blocks.  AllGather: the allgather
  * half, n-1 steps, (n-1)/n of the output sent per rank.
@@ -372,6 +375,117 @@ static collResult_t ring_allreduce_steps(struct coll_comm *comm, const struct co
     return ring_run(&x, nsteps, NULL, 0, last);
 }
 
+/* Two ranks over transports that lend received bytes (shared memory): the ring's
+ * reduce-scatter and allgather become one exchange.  Each rank sends its whole
+ * input, slice by slice, and reduces each of the peer's slices with its own as it
+ * arrives, the lower rank's operand first, so that both compute the same bytes.
+ * Each rank sends and receives S, as in the ring's two halves, but the output is
+ * written once, by the reductions, and none of it is read back to be sent on,
+ * where the ring's allgather sends its sums from the output and copies the
+ * peer's into it; a slice is sent a few slices before it is reduced, so its
+ * input is still in cache the second time.  In place, a slice is reduced only
+ * once it is sent (recv_after_send; see ring_pair_fits).  Measured in
+ * docs/performance.md ("Two ranks: one exchange"). */
+struct pair_ctx {
+    const struct coll_args *a;
+    size_t esize, K;   /* K slices of the whole count */
+    const char *in;
+    char *out;
+    bool mine_first;   /* this rank is the lower one */
+    int avg_div;       /* collAvg: the divisor; 0 none */
+};
+
+static void pair_slice(const struct pair_ctx *x, size_t i, size_t *off_p, size_t *len_p)
+{
+    coll_ring_chunk(x->a->count, (int)x->K, (int)i, off_p, len_p);
+}
+
+static void pair_send_buf(void *vctx, size_t i, const void **p, size_t *bytes)
+{
+    struct pair_ctx *x = vctx;
+    size_t off, len;
+    pair_slice(x, i, &off, &len);
+    *p = x->in + off * x->esize;
+    *bytes = len * x->esize;
+}
+
+/* Asked for the size only: every piece is lent (pair_consume). */
+static void pair_recv_buf(void *vctx, size_t i, void **p, size_t *bytes)
+{
+    struct pair_ctx *x = vctx;
+    size_t off, len;
+    pair_slice(x, i, &off, &len);
+    *p = x->out + off * x->esize;
+    *bytes = len * x->esize;
+}
+
+/* len bytes of slice i from byte boff on: the peer's (src) with this rank's. */
+static void pair_consume(void *vctx, size_t i, size_t boff, const void *src, size_t len)
+{
+    struct pair_ctx *x = vctx;
+    size_t off, slice_len, n = len / x->esize;
+    pair_slice(x, i, &off, &slice_len);
+    size_t at = off * x->esize + boff;
+    const void *mine = x->in + at;
+    const void *lo = x->mine_first ? mine : src, *hi = x->mine_first ? src : mine;
+    char *dst = x->out + at;
+    coll_reduce(x->a->op, x->a->dtype, dst, lo, hi, n);
+    if (x->avg_div > 0)
+        coll_reduce_div(x->a->dtype, dst, dst, n, x->avg_div);
+}
+
+/* The exchange's slices: K of the whole count, the largest of slice_bytes. */
+static void pair_slices(const struct coll_comm *comm, const struct coll_args *a, size_t *K_p,
+                        size_t *slice_bytes_p)
+{
+    size_t esize = coll_dtype_size(a->dtype), off0, len0;
+    *K_p = coll_slices(a->count, ring_slice_elems(comm, esize));
+    coll_ring_chunk(a->count, (int)*K_p, 0, &off0, &len0);
+    *slice_bytes_p = len0 * esize;
+}
+
+static collResult_t ring_allreduce_pair(struct coll_comm *comm, const struct coll_args *a,
+                                        const struct coll_ring_group *g, int avg_div, bool last,
+                                        struct coll_conn *send_conn, struct coll_conn *recv_conn)
+{
+    struct pair_ctx x = {.a = a, .esize = coll_dtype_size(a->dtype), .in = a->sendbuf,
+                         .out = a->recvbuf, .mine_first = g->pos == 0,
+                         .avg_div = a->op == collAvg && avg_div > 1 ? avg_div : 0};
+    size_t slice_bytes;
+    pair_slices(comm, a, &x.K, &slice_bytes);
+    /* Sends run up to the connection's depth ahead of the reductions. */
+    struct coll_pipe p = {.last = last, .comm = comm, .send_conn = send_conn,
+                          .recv_conn = recv_conn, .total = x.K, .send_after_recv = true,
+                          .send_lag = (size_t)comm->depth,
+                          .recv_after_send = a->sendbuf == a->recvbuf, .window = 8,
+                          .piece_bytes = slice_bytes, .ctx = &x, .send_buf = pair_send_buf,
+                          .recv_buf = pair_recv_buf, .consume = pair_consume};
+    return coll_pipe_run(&p);
+}
+
+/* Whether connection c's ring holds two messages of `bytes` at once. */
+static bool ring_holds_two(const struct coll_conn *c, size_t bytes)
+{
+    if (c->ring_slot_bytes == 0)
+        return false;
+    size_t per = (bytes + c->ring_slot_bytes - 1) / c->ring_slot_bytes;
+    return per == 0 || c->ring_slots / per >= 2;
+}
+
+/* Whether a two-rank ring runs as the exchange: both connections lend received
+ * bytes, and each can hold two slices in flight.  In place a rank reduces slice i
+ * only once its send of slice i is handed over; with room for two slices that
+ * always happens (the slices before are taken by the peer whatever it waits
+ * for), where with rings smaller than a slice two ranks in place would each wait
+ * for the other to take its slice first.  The same answer on both ranks: they
+ * look at the same two connections, and the choice must be alike. */
+static bool ring_pair_fits(const struct coll_conn *send_conn, const struct coll_conn *recv_conn,
+                           size_t slice_bytes)
+{
+    return send_conn->tp->recv_peek != NULL && recv_conn->tp->recv_peek != NULL &&
+           ring_holds_two(send_conn, slice_bytes) && ring_holds_two(recv_conn, slice_bytes);
+}
+
 /* Whether an allreduce of a over g has nothing to move; then the output is set. */
 static bool ring_allreduce_trivial(const struct coll_args *a, int n)
 {
@@ -390,6 +504,15 @@ collResult_t coll_ring_allreduce_group(struct coll_comm *comm, const struct coll
         if (a->op == collAvg && avg_div > 1 && a->count > 0)
             coll_reduce_div(a->dtype, a->recvbuf, a->recvbuf, a->count, avg_div);
         return collSuccess;
+    }
+    if (g->n == 2) {
+        struct ring_ctx rc = {.comm = comm, .n = 2, .r = g->pos, .members = g->members};
+        struct coll_conn *send_conn, *recv_conn;
+        COLL_CHECK(ring_conns(&rc, &send_conn, &recv_conn));
+        size_t K, slice_bytes;
+        pair_slices(comm, a, &K, &slice_bytes);
+        if (ring_pair_fits(send_conn, recv_conn, slice_bytes))
+            return ring_allreduce_pair(comm, a, g, avg_div, last, send_conn, recv_conn);
     }
     return ring_allreduce_steps(comm, a, g, g->n, avg_div, 0, 2 * (g->n - 1), last);
 }

@@ -126,6 +126,11 @@ struct coll_conn {
      * instead of strerror(err_no).  NULL when unset; owned by the connection. */
     const char *err_text;
     bool poll_in;  /* wait for POLLIN even when sending (wake-ups arrive as bytes) */
+    /* A ring of slots between the two (shm): ring_slots slots of ring_slot_bytes,
+     * each message starting at a slot of its own, is all that a sender can hand
+     * over before the receiver takes any.  0 when the transport has no such ring. */
+    uint32_t ring_slots;
+    size_t ring_slot_bytes;
 };
 
 /* A request is transport-owned and released by the test() that reports it done.

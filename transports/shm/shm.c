@@ -643,6 +643,8 @@ static collResult_t shm_conn_new(struct shm_ctx *ctx, int peer, bool is_send, in
     c->base.peer = peer;
     c->base.is_send = is_send;
     c->base.poll_in = true; /* wake-ups arrive on the socket (the bell) in both directions */
+    c->base.ring_slots = c->nslots;
+    c->base.ring_slot_bytes = c->slot_bytes;
     c->base.nfds = 1;
     c->base.fds[0] = own != NULL ? own->fd : fd;
     c->local = own != NULL;
