@@ -382,10 +382,12 @@ static collResult_t ring_allreduce_steps(struct coll_comm *comm, const struct co
  * Each rank sends and receives S, as in the ring's two halves, but the output is
  * written once, by the reductions, and none of it is read back to be sent on,
  * where the ring's allgather sends its sums from the output and copies the
- * peer's into it; a slice is sent a few slices before it is reduced, so its
- * input is still in cache the second time.  In place, a slice is reduced only
- * once it is sent (recv_after_send; see ring_pair_fits).  Measured in
- * docs/performance.md ("Two ranks: one exchange"). */
+ * peer's into it.  A rank reduces slice i only once its own send of slice i is
+ * handed over (recv_after_send; see ring_pair_fits): in place the reduction
+ * overwrites what the send reads, and out of place the input is then read twice
+ * back to back, still in cache the second time (reductions allowed to run ahead
+ * of the sends made the exchange 1.25x the ring's time on a 2 MiB-L2 Intel).
+ * Measured in docs/performance.md ("Two ranks: one exchange"). */
 struct pair_ctx {
     const struct coll_args *a;
     size_t esize, K;   /* K slices of the whole count */
@@ -457,7 +459,7 @@ static collResult_t ring_allreduce_pair(struct coll_comm *comm, const struct col
     struct coll_pipe p = {.last = last, .comm = comm, .send_conn = send_conn,
                           .recv_conn = recv_conn, .total = x.K, .send_after_recv = true,
                           .send_lag = (size_t)comm->depth,
-                          .recv_after_send = a->sendbuf == a->recvbuf, .window = 8,
+                          .recv_after_send = true, .window = 8,
                           .piece_bytes = slice_bytes, .ctx = &x, .send_buf = pair_send_buf,
                           .recv_buf = pair_recv_buf, .consume = pair_consume};
     return coll_pipe_run(&p);
@@ -473,11 +475,11 @@ static bool ring_holds_two(const struct coll_conn *c, size_t bytes)
 }
 
 /* Whether a two-rank ring runs as the exchange: both connections lend received
- * bytes, and each can hold two slices in flight.  In place a rank reduces slice i
- * only once its send of slice i is handed over; with room for two slices that
- * always happens (the slices before are taken by the peer whatever it waits
- * for), where with rings smaller than a slice two ranks in place would each wait
- * for the other to take its slice first.  The same answer on both ranks: they
+ * bytes, and each can hold two slices in flight.  A rank reduces slice i only
+ * once its send of slice i is handed over; with room for two slices that always
+ * happens (the slices before are taken by the peer whatever it waits for), where
+ * with rings smaller than a slice the two ranks would each wait for the other to
+ * take its slice first.  The same answer on both ranks: they
  * look at the same two connections, and the choice must be alike. */
 static bool ring_pair_fits(const struct coll_conn *send_conn, const struct coll_conn *recv_conn,
                            size_t slice_bytes)
