@@ -446,15 +446,15 @@ static void pair_slices(const struct coll_comm *comm, const struct coll_args *a,
     *slice_bytes_p = len0 * esize;
 }
 
+/* The exchange of a over g in K slices of at most slice_bytes (pair_slices). */
 static collResult_t ring_allreduce_pair(struct coll_comm *comm, const struct coll_args *a,
                                         const struct coll_ring_group *g, int avg_div, bool last,
-                                        struct coll_conn *send_conn, struct coll_conn *recv_conn)
+                                        struct coll_conn *send_conn, struct coll_conn *recv_conn,
+                                        size_t K, size_t slice_bytes)
 {
-    struct pair_ctx x = {.a = a, .esize = coll_dtype_size(a->dtype), .in = a->sendbuf,
-                         .out = a->recvbuf, .mine_first = g->pos == 0,
+    struct pair_ctx x = {.a = a, .esize = coll_dtype_size(a->dtype), .K = K,
+                         .in = a->sendbuf, .out = a->recvbuf, .mine_first = g->pos == 0,
                          .avg_div = a->op == collAvg && avg_div > 1 ? avg_div : 0};
-    size_t slice_bytes;
-    pair_slices(comm, a, &x.K, &slice_bytes);
     /* Sends run up to the connection's depth ahead of the reductions. */
     struct coll_pipe p = {.last = last, .comm = comm, .send_conn = send_conn,
                           .recv_conn = recv_conn, .total = x.K, .send_after_recv = true,
@@ -479,8 +479,8 @@ static bool ring_holds_two(const struct coll_conn *c, size_t bytes)
  * once its send of slice i is handed over; with room for two slices that always
  * happens (the slices before are taken by the peer whatever it waits for), where
  * with rings smaller than a slice the two ranks would each wait for the other to
- * take its slice first.  The same answer on both ranks: they
- * look at the same two connections, and the choice must be alike. */
+ * take its slice first.  The same answer on both ranks: they look at the same
+ * two connections, and the choice must be alike. */
 static bool ring_pair_fits(const struct coll_conn *send_conn, const struct coll_conn *recv_conn,
                            size_t slice_bytes)
 {
@@ -514,7 +514,8 @@ collResult_t coll_ring_allreduce_group(struct coll_comm *comm, const struct coll
         size_t K, slice_bytes;
         pair_slices(comm, a, &K, &slice_bytes);
         if (ring_pair_fits(send_conn, recv_conn, slice_bytes))
-            return ring_allreduce_pair(comm, a, g, avg_div, last, send_conn, recv_conn);
+            return ring_allreduce_pair(comm, a, g, avg_div, last, send_conn, recv_conn, K,
+                                       slice_bytes);
     }
     return ring_allreduce_steps(comm, a, g, g->n, avg_div, 0, 2 * (g->n - 1), last);
 }
