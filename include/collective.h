@@ -208,9 +208,14 @@ COLL_API collResult_t collCommFinalize(collComm_t comm);
  *   SLURM_PROCID / SLURM_NTASKS                                 Slurm
  *   PMI_RANK / PMI_SIZE                                         PMI
  * The root address comes from COLL_COMM_ID, else MASTER_ADDR:MASTER_PORT; rank 0
- * serves it.  COLL_SECRET, when set, is the secret every connection must show.
- * Returns collInvalidArgument naming the missing or malformed variable.
- * Thread safety: any thread; one call per rank.
+ * serves it.  Under torchrun (its agent's store at MASTER_ADDR:MASTER_PORT) rank 0
+ * serves the root on a port the kernel gives it and publishes it through that store;
+ * the others read it there (docs/env.md).  COLL_SECRET, when set, is the secret every
+ * connection must show.
+ * Returns collInvalidArgument naming a missing or malformed variable, collTimeout or
+ * collRemoteError when torchrun's store cannot be used.
+ * Thread safety: any thread; several communicators one after the other, in the same
+ * order on every rank.
  */
 COLL_API collResult_t collCommInitFromEnv(collComm_t *comm);
 

@@ -1,7 +1,7 @@
 /*
  * collCommInitFromEnv under the variables other launchers set: torchrun (RANK,
- * WORLD_SIZE, MASTER_ADDR, MASTER_PORT, and MASTER_PORT + 1 when torchrun's own
- * store holds MASTER_PORT), Open MPI (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID,
+ * WORLD_SIZE, MASTER_ADDR, MASTER_PORT; the root through torchrun's own store is
+ * tests/test_torchrun.sh's, under the real torchrun), Open MPI (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID,
  * SLURM_NTASKS) and PMI (PMI_RANK, PMI_SIZE); collrun's COLL_RANK taking
  * precedence; and the errors that name the variable at fault.
  *
@@ -9,13 +9,10 @@
  * launcher variable cleared first, then only the scenario's set.  A rank inits,
  * checks its rank, runs an int32 sum allreduce and exits 0 when all is right.
  */
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -35,7 +32,6 @@ struct scenario {
     const char *vars[8];
     collResult_t want;   /* collSuccess, or the error of every rank */
     const char *message; /* substring of collGetLastError(NULL) on error */
-    bool hold_port;      /* a socket listens on the port (torchrun's store) */
 };
 
 static void set_vars(const struct scenario *s, int rank, int port)
@@ -100,14 +96,6 @@ static void run_scenario(const struct scenario *s)
 {
     int port = launch_free_port();
     REQUIRE(port > 0);
-    int holder = -1;
-    if (s->hold_port) {
-        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-                                 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-        holder = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        REQUIRE(holder >= 0 && bind(holder, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-                listen(holder, 4) == 0);
-    }
     pid_t pids[8];
     for (int r = 0; r < s->nranks; r++) {
         pids[r] = fork();
@@ -122,8 +110,6 @@ static void run_scenario(const struct scenario *s)
         if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
             ok = 0;
     }
-    if (holder >= 0)
-        close(holder);
     CHECK_MSG(ok, "scenario %s failed", s->name);
     printf("env %-28s %s\n", s->name, ok ? "ok" : "FAILED");
 }
@@ -135,9 +121,10 @@ int main(void)
     {.name = nm, .nranks = 1, .vars = {__VA_ARGS__}, .want = collInvalidArgument, .message = msg}
     const struct scenario scenarios[] = {
         OK("torchrun", 3, "RANK=%d", "WORLD_SIZE=3", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=%p"),
-        {.name = "torchrun-store-on-port", .nranks = 2, .want = collSuccess, .hold_port = true,
-         .vars = {"RANK=%d", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=%p",
-                  "TORCHELASTIC_RUN_ID=job"}},
+        /* torchrun without its agent's store (1.13's --standalone): the root on
+         * MASTER_PORT; with the store, tests/test_torchrun.sh runs the real torchrun. */
+        OK("torchrun-no-agent-store", 2, "RANK=%d", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+           "MASTER_PORT=%p", "TORCHELASTIC_RUN_ID=job", "TORCHELASTIC_USE_AGENT_STORE=False"),
         OK("openmpi", 3, "OMPI_COMM_WORLD_RANK=%d", "OMPI_COMM_WORLD_SIZE=3",
            "COLL_COMM_ID=127.0.0.1:%p"),
         OK("slurm", 2, "SLURM_PROCID=%d", "SLURM_NTASKS=2", "MASTER_ADDR=127.0.0.1",

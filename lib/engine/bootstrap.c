@@ -217,20 +217,20 @@ static void *root_thread(void *arg)
     return NULL;
 }
 
-/* Starts the root listener thread on ss (port 0 = any). */
-static collResult_t root_start(union coll_sockaddr *ss, socklen_t *len_p,
-                               const uint8_t *secret, int64_t timeout_ms)
+/* Starts the root's thread on lfd, a listening socket bound to addr; takes lfd,
+ * which it closes on failure. */
+static collResult_t root_run(int lfd, const struct sockaddr *addr, const uint8_t *secret,
+                             int64_t timeout_ms)
 {
     struct root_state *st;
-    COLL_CHECK(coll_calloc(&st, 1));
-    st->timeout_ms = timeout_ms;
-    collResult_t res = coll_socket_listen(ss, len_p, &st->lfd);
-    if (res != collSuccess) {
-        free(st);
-        return res;
+    if (coll_calloc(&st, 1) != collSuccess) {
+        close(lfd);
+        return collSystemError;
     }
+    st->lfd = lfd;
+    st->timeout_ms = timeout_ms;
     memcpy(st->secret, secret, COLL_SECRET_BYTES);
-    coll_socket_addr_str((struct sockaddr *)ss, st->addr, sizeof(st->addr));
+    coll_socket_addr_str(addr, st->addr, sizeof(st->addr));
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
@@ -244,6 +244,22 @@ static collResult_t root_start(union coll_sockaddr *ss, socklen_t *len_p,
         return collSystemError;
     }
     COLL_INFO(COLL_SUBSYS_BOOT, "bootstrap root listening on %s", st->addr);
+    return collSuccess;
+}
+
+/* Starts the root listener thread on ss (port 0 = any). */
+static collResult_t root_start(union coll_sockaddr *ss, socklen_t *len_p,
+                               const uint8_t *secret, int64_t timeout_ms)
+{
+    int lfd;
+    COLL_CHECK(coll_socket_listen(ss, len_p, &lfd));
+    return root_run(lfd, &ss->sa, secret, timeout_ms);
+}
+
+collResult_t coll_bootstrap_serve_root(int lfd, struct coll_id *id, int64_t timeout_ms)
+{
+    COLL_CHECK(root_run(lfd, &id->addr.sa, id->secret, timeout_ms));
+    id->root_is_rank0 = 0;
     return collSuccess;
 }
 

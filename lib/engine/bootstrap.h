@@ -39,6 +39,14 @@ collResult_t coll_bootstrap_new_id(struct coll_id *id, int64_t root_timeout_ms);
 /* Id from COLL_COMM_ID (or MASTER_ADDR:MASTER_PORT) and COLL_SECRET. */
 collResult_t coll_bootstrap_id_from_addr(const char *hostport, const char *secret_hex,
                                          struct coll_id *id);
+/* Serves the root of id, built from the address lfd listens on (bound and
+ * listening, as coll_socket_listen leaves it), in a thread of this process as
+ * coll_bootstrap_new_id does: for a root whose address had to be known, and
+ * published, before it served (collCommInitFromEnv under torchrun publishes a
+ * port the kernel chose through torchrun's store).  Takes lfd, closed on
+ * failure; on success id->root_is_rank0 is 0 (rank 0 only registers with it),
+ * and the root gives up timeout_ms after the first registration. */
+collResult_t coll_bootstrap_serve_root(int lfd, struct coll_id *id, int64_t timeout_ms);
 /* Starts the root when this is rank 0 of an id built from an address, and this
  * rank's out-of-band listener; fills mine->boot_addr (whose interface the data
  * transports also use). */

@@ -2,7 +2,7 @@
  * near misses), so that the fuzzer starts past the magic and the secret:
  *
  *   fuzz_seeds DIR     creates DIR/boot_root, DIR/boot_rank, DIR/hello, DIR/id, DIR/shrink,
- *                      DIR/status */
+ *                      DIR/status, DIR/torch_store */
 #include <errno.h>
 #include <sys/stat.h>
 
@@ -134,5 +134,18 @@ int main(int argc, char **argv)
         snprintf(tab.addr[k].host, sizeof(tab.addr[k].host), "node-%d", k);
     }
     seed("status", "table", 2 | ((FUZZ_NRANKS - 1) << 2), &tab, sizeof(tab));
+    /* torchrun's store: the probe's answers (torch 1.13's, the libuv server's),
+     * a GET's answer holding an address (cap 64), a PING's echo (nonce
+     * 0x11223300 | 5) and a SET query's key and value. */
+    static const uint8_t probe_legacy[] = {0, 0}, probe_libuv[] = {0, 1, 0, 0};
+    seed("torch_store", "probe-legacy", 0, probe_legacy, sizeof(probe_legacy));
+    seed("torch_store", "probe-libuv", 0, probe_libuv, sizeof(probe_libuv));
+    static const uint8_t get[] = {15, 0, 0, 0, 0, 0, 0, 0, '1', '0', '.', '0', '.', '0', '.',
+                                  '1', '7', ':', '4', '3', '1', '2', '3'};
+    seed("torch_store", "get-address", 1 | (2 << 3), get, sizeof(get));
+    static const uint8_t ping[] = {0x05, 0x33, 0x22, 0x11};
+    seed("torch_store", "ping", 3 | (5 << 3), ping, sizeof(ping));
+    static const char set[] = "/libcollective/none/attempt_0/root_0\0" "127.0.0.1:40000";
+    seed("torch_store", "set-query", 4 | 8 | 0x80, set, sizeof(set) - 1);
     return seed_failed;
 }

@@ -16,7 +16,7 @@ artifacts=${FUZZ_ARTIFACTS:-$bdir/artifacts}
 mkdir -p "$corpus" "$artifacts" || exit 1
 "$bdir/fuzz_seeds" "$corpus" || { echo "fuzz: cannot write the seed corpus"; exit 1; }
 status=0
-for t in boot_root boot_rank hello id shrink status; do
+for t in boot_root boot_rank hello id shrink status torch_store; do
     exe=$bdir/fuzz_$t
     log=$bdir/fuzz_$t.log
     if [ ! -x "$exe" ]; then
