@@ -5,27 +5,33 @@ A benchmark, not a test.  For each rank count it makes one torchrun launch in wh
 rank holds two process groups, Gloo and collective, and times them interleaved (the order
 alternates between repetitions; the best repetition counts):
 
-  1. dist.all_reduce (float32, sum) at 8 B, 64 KiB, 1 MiB, 16 MiB and 64 MiB: the time per
-     call (mean over the ranks, as allreduce_perf's -a 1) and nccl-tests' busbw,
-     algbw * 2(n-1)/n.
+  1. dist.all_reduce, dist.all_gather_into_tensor and dist.reduce_scatter_tensor (float32,
+     sum) at 8 B, 64 KiB, 1 MiB, 16 MiB and 64 MiB (the whole buffer: all_gather's output,
+     reduce_scatter's input): the time per call (mean over the ranks, as allreduce_perf's
+     -a 1) and nccl-tests' busbw, algbw * 2(n-1)/n for all_reduce, algbw * (n-1)/n for
+     the other two.
   2. The Python package alone: collective.Communicator.allreduce on numpy arrays (in
      place), beside allreduce_perf at the same sizes and rank count (collrun, in place,
      the best of --reps launches): the difference is what the binding costs per call.
-  3. DDP training of an MLP (--mlp, about 5.3 million parameters by default): examples/s
-     over all ranks, collective beside Gloo.
+  3. The cost of a call at the smallest size: the package, a blocking dist.all_reduce on
+     the collective group, and dist.all_reduce(async_op=True).wait(), interleaved.
+  4. DDP and, where torch has it, FSDP2 (fully_shard per layer) training of an MLP (--mlp,
+     about 5.3 million parameters by default): examples/s over all ranks, collective
+     beside Gloo.
 
 Then it prints the results as markdown tables, with the ratios collective / Gloo (for
 busbw and examples/s, above 1 means collective is faster) and package / allreduce_perf.
 
-Usage (Debian's /usr/bin/python3, which has torch; the collective package importable,
-e.g. PYTHONPATH=build-py/python, or found in --build-dir/python):
+Usage, with the Python whose torch is measured (a venv of ./run.sh, or Debian's
+/usr/bin/python3); the collective package importable, e.g. PYTHONPATH=build/python, or
+found in --build-dir/python:
 
-    /usr/bin/python3 perf/torch_bench.py [--ranks 2,4] [--reps 5] [--build-dir build]
-        [--sizes 8,64K,1M,16M,64M] [--mlp 512,2048,2048,10] [--batch 32] [--steps 6]
-        [--ddp-reps 3]
+    build/venv/torch-2.13/bin/python perf/torch_bench.py [--ranks 2,4] [--reps 5]
+        [--build-dir build] [--sizes 8,64K,1M,16M,64M] [--ops all_reduce,...]
+        [--mlp 512,2048,2048,10] [--batch 32] [--steps 6] [--ddp-reps 3]
         [--no-ddp] [--no-perf] [--json FILE]
 
-The default run takes about 3 minutes on two cores.  --worker is internal (the ranks).
+The default run takes about 6 minutes on two cores.  --worker is internal (the ranks).
 """
 import argparse
 import copy
@@ -100,7 +106,7 @@ def worker(a):
             call()
         return (time.perf_counter() - t0) / iters
 
-    out = {"n": n, "allreduce": {}, "package": {}, "ddp": {}}
+    out = {"n": n, "colls": {}, "package": {}, "cost": {}, "ddp": {}, "fsdp": {}}
     t_start = time.time()
 
     def note(what):
@@ -108,20 +114,34 @@ def worker(a):
             print(f"# {n} ranks: {what} done at {time.time() - t_start:.1f} s",
                   file=sys.stderr, flush=True)
 
-    # 1. dist.all_reduce on the two groups.
-    for nbytes in a.sizes:
-        x = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
-        iters = iters_for(nbytes)
-        best = {}
-        for rep in range(a.reps):
-            for name in (order if rep % 2 == 0 else order[::-1]):
-                g = groups[name]
-                t = timed(lambda: dist.all_reduce(x, group=g), lambda: dist.barrier(group=g),
-                          iters, 2)
-                t = mean_over_ranks(t)
-                best[name] = min(best.get(name, t), t)
-        out["allreduce"][nbytes] = best
-        note(f"dist.all_reduce {fmt_size(nbytes)}")
+    # 1. The collectives on the two groups; a size is the bytes of the whole buffer (the
+    #    output of all_gather_into_tensor, the input of reduce_scatter_tensor), as
+    #    nccl-tests counts it.
+    def coll_call(op, nbytes, g):
+        count = max(n, nbytes // 4 // n * n)
+        if op == "all_reduce":
+            x = torch.ones(count)
+            return lambda: dist.all_reduce(x, group=g)
+        if op == "all_gather_into_tensor":
+            x, y = torch.ones(count // n), torch.empty(count)
+            return lambda: dist.all_gather_into_tensor(y, x, group=g)
+        x, y = torch.ones(count), torch.empty(count // n)
+        return lambda: dist.reduce_scatter_tensor(y, x, group=g)
+
+    for op in a.ops:
+        out["colls"][op] = {}
+        for nbytes in a.sizes:
+            iters = iters_for(nbytes)
+            calls = {name: coll_call(op, nbytes, groups[name]) for name in order}
+            best = {}
+            for rep in range(a.reps):
+                for name in (order if rep % 2 == 0 else order[::-1]):
+                    g = groups[name]
+                    t = timed(calls[name], lambda: dist.barrier(group=g), iters, 2)
+                    t = mean_over_ranks(t)
+                    best[name] = min(best.get(name, t), t)
+            out["colls"][op][nbytes] = best
+            note(f"dist.{op} {fmt_size(nbytes)}")
 
     # 2. The plain package on numpy arrays (a communicator of its own).
     uid_fn = getattr(collective, "get_unique_id", None) or collective._core.get_unique_id
@@ -137,6 +157,20 @@ def worker(a):
             best = t if best is None else min(best, t)
         out["package"][nbytes] = best
         note(f"package allreduce {fmt_size(nbytes)}")
+    # The per-call cost at the smallest size: the package, the blocking dist.all_reduce on
+    # the collective group, and one waited for at once (async_op=True, then wait()), over
+    # many more calls, interleaved.
+    small = min(a.sizes)
+    arr = np.ones(max(1, small // 4), dtype=np.float32)
+    x = torch.ones(max(1, small // 4))
+    g = groups["collective"]
+    costs = {"package": lambda: comm.allreduce(arr), "dist": lambda: dist.all_reduce(x, group=g),
+             "async_wait": lambda: dist.all_reduce(x, group=g, async_op=True).wait()}
+    for rep in range(a.reps):
+        for name, fn in (list(costs.items()) if rep % 2 == 0 else list(costs.items())[::-1]):
+            t = mean_over_ranks(timed(fn, comm.barrier, 10 * iters_for(small), 50))
+            out["cost"][name] = min(out["cost"].get(name, t), t)
+    note("per-call cost")
     comm.destroy()
 
     # 3. DDP training of an MLP, one model per group, the same initial weights.
@@ -175,6 +209,36 @@ def worker(a):
         out["ddp"] = {"params": nparams, "batch": a.batch,
                       **{name: n * a.batch / best[name] for name in order}}
 
+    # 4. FSDP2 (fully_shard on every Linear and the root) on the same MLP, where this torch
+    #    has it.  Gloo has no AVG, which FSDP2 reduces gradients with: both groups sum and
+    #    divide afterwards (set_force_sum_reduction_for_comms), so they do the same work.
+    try:
+        from torch.distributed.device_mesh import DeviceMesh
+        from torch.distributed.fsdp import fully_shard
+    except ImportError:
+        fully_shard = None
+    if a.steps > 0 and fully_shard is not None:
+        models, opts = {}, {}
+        for name in order:
+            mesh = DeviceMesh.from_group(groups[name], "cpu")
+            m = copy.deepcopy(base)
+            for layer in m:
+                if isinstance(layer, nn.Linear):
+                    fully_shard(layer, mesh=mesh)
+            fully_shard(m, mesh=mesh)
+            m.set_force_sum_reduction_for_comms(True)
+            models[name] = m
+            opts[name] = torch.optim.SGD(m.parameters(), lr=0.01)
+        best = {}
+        for rep in range(a.ddp_reps):
+            for name in (order if rep % 2 == 0 else order[::-1]):
+                t = timed(lambda: step(name), lambda: dist.barrier(group=groups[name]),
+                          a.steps, 2)
+                t = mean_over_ranks(t, dist.ReduceOp.MAX)
+                best[name] = min(best.get(name, t), t)
+        note("FSDP2")
+        out["fsdp"] = {name: n * a.batch / best[name] for name in order}
+
     dist.barrier()
     if rank == 0:
         print("TORCH_BENCH_RESULT " + json.dumps(out), flush=True)
@@ -206,9 +270,15 @@ def find_build(build_dir):
 
 
 def run_ranks(a, n, env):
-    cmd = [sys.executable, "-m", "torch.distributed.run", "-r", "1", "-t", "1",
-           "--nproc_per_node", str(n), "--master_port", str(free_port()),
-           os.path.abspath(__file__), "--worker",
+    import torch
+
+    if int(torch.__version__.split(".")[0]) >= 2:
+        launch = ["--nproc-per-node", str(n), "--master-port", str(free_port())]
+    else:  # 1.13's spelling, and -r 1 -t 1, without which Debian's 1.13 fails at start
+        launch = ["-r", "1", "-t", "1", "--nproc_per_node", str(n), "--master_port",
+                  str(free_port())]
+    cmd = [sys.executable, "-m", "torch.distributed.run"] + launch + [
+           os.path.abspath(__file__), "--worker", "--ops", ",".join(a.ops),
            "--sizes", ",".join(str(s) for s in a.sizes), "--reps", str(a.reps),
            "--mlp", ",".join(str(d) for d in a.mlp), "--batch", str(a.batch),
            "--steps", str(0 if a.no_ddp else a.steps), "--ddp-reps", str(a.ddp_reps)]
@@ -250,56 +320,69 @@ def ratio(x, y):
     return f"{x / y:.2f}" if x and y else "-"
 
 
+BUS = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather_into_tensor": lambda n: (n - 1) / n,
+       "reduce_scatter_tensor": lambda n: (n - 1) / n}
+
+
 def report(a, results, perf):
-    print("\n### dist.all_reduce, float32 sum: collective beside Gloo "
-          f"(best of {a.reps}, interleaved)\n")
-    print("| ranks | size | Gloo time (us) | collective time (us) | Gloo busbw (GB/s) "
-          "| collective busbw (GB/s) | busbw collective/Gloo |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
-    for n, r in results.items():
-        for nb in a.sizes:
-            g, c = r["allreduce"][str(nb)]["gloo"], r["allreduce"][str(nb)]["collective"]
-            print(f"| {n} | {fmt_size(nb)} | {g * 1e6:.1f} | {c * 1e6:.1f} | "
-                  f"{busbw(nb, g, n):.3f} | {busbw(nb, c, n):.3f} | {ratio(g, c)} |")
+    for op in a.ops:
+        print(f"\n### dist.{op}, float32 (sum): collective beside Gloo "
+              f"(best of {a.reps}, interleaved)\n")
+        print("| ranks | size | Gloo time (us) | collective time (us) | Gloo busbw (GB/s) "
+              "| collective busbw (GB/s) | busbw collective/Gloo |")
+        print("|---:|---:|---:|---:|---:|---:|---:|")
+        for n, r in results.items():
+            f = BUS[op](n)
+            for nb in a.sizes:
+                row = r["colls"][op][str(nb)]
+                g, c = row["gloo"], row["collective"]
+                print(f"| {n} | {fmt_size(nb)} | {g * 1e6:.1f} | {c * 1e6:.1f} | "
+                      f"{nb / g / 1e9 * f:.3f} | {nb / c / 1e9 * f:.3f} | {ratio(g, c)} |")
     print("\n### The Python package (Communicator.allreduce on numpy, in place) beside "
           "allreduce_perf\n")
     print("| ranks | size | package (us) | allreduce_perf (us) | binding cost (us/call) "
-          "| package/allreduce_perf | dist.all_reduce collective (us) |")
-    print("|---:|---:|---:|---:|---:|---:|---:|")
+          "| package/allreduce_perf |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for n, r in results.items():
         for nb in a.sizes:
             pk = r["package"][str(nb)] * 1e6
             pf = perf.get(n, {}).get(nb)
-            tc = r["allreduce"][str(nb)]["collective"] * 1e6
             pf_s = f"{pf:.1f}" if pf is not None else "-"
             diff = f"{pk - pf:+.1f}" if pf is not None else "-"
-            print(f"| {n} | {fmt_size(nb)} | {pk:.1f} | {pf_s} | {diff} | "
-                  f"{ratio(pk, pf)} | {tc:.1f} |")
+            print(f"| {n} | {fmt_size(nb)} | {pk:.1f} | {pf_s} | {diff} | {ratio(pk, pf)} |")
     small = min(a.sizes)
+    print(f"\n### The cost of a call at {fmt_size(small)}: dist.all_reduce on the collective "
+          f"group beside the package (best of {a.reps}, interleaved)\n")
+    print("| ranks | package (us) | dist.all_reduce (us) | over the package (us) "
+          "| async_op=True + wait() (us) | over the package (us) |")
+    print("|---:|---:|---:|---:|---:|---:|")
     for n, r in results.items():
-        pk = r["package"][str(small)] * 1e6
-        pf = perf.get(n, {}).get(small)
-        tc = r["allreduce"][str(small)]["collective"] * 1e6
-        print(f"\n{n} ranks, {fmt_size(small)}: the binding costs "
-              + (f"{pk - pf:+.1f} us a call over allreduce_perf" if pf is not None else "?")
-              + f"; dist.all_reduce on the collective group {tc - pk:+.1f} us over the package")
+        c = {k: v * 1e6 for k, v in r["cost"].items()}
+        print(f"| {n} | {c['package']:.1f} | {c['dist']:.1f} | {c['dist'] - c['package']:+.1f} "
+              f"| {c['async_wait']:.1f} | {c['async_wait'] - c['package']:+.1f} |")
     if not a.no_ddp:
         first = next(iter(results.values()))["ddp"]
-        print(f"\n### DDP training, MLP {'-'.join(str(d) for d in a.mlp)} "
-              f"({first['params'] / 1e6:.2f} M parameters), batch {a.batch} per rank, "
-              f"best of {a.ddp_reps} x {a.steps} steps, interleaved\n")
-        print("| ranks | Gloo (examples/s) | collective (examples/s) | collective/Gloo |")
-        print("|---:|---:|---:|---:|")
-        for n, r in results.items():
-            d = r["ddp"]
-            print(f"| {n} | {d['gloo']:.0f} | {d['collective']:.0f} | "
-                  f"{ratio(d['collective'], d['gloo'])} |")
+        for what, key in (("DDP", "ddp"), ("FSDP2 (fully_shard, summed gradients)", "fsdp")):
+            if not all(r.get(key) for r in results.values()):
+                print(f"\n({what}: not measured with this torch)")
+                continue
+            print(f"\n### {what} training, MLP {'-'.join(str(d) for d in a.mlp)} "
+                  f"({first['params'] / 1e6:.2f} M parameters), batch {a.batch} per rank, "
+                  f"best of {a.ddp_reps} x {a.steps} steps, interleaved\n")
+            print("| ranks | Gloo (examples/s) | collective (examples/s) | collective/Gloo |")
+            print("|---:|---:|---:|---:|")
+            for n, r in results.items():
+                d = r[key]
+                print(f"| {n} | {d['gloo']:.0f} | {d['collective']:.0f} | "
+                      f"{ratio(d['collective'], d['gloo'])} |")
 
 
 def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ranks", default="2,4")
     p.add_argument("--sizes", default="8,64K,1M,16M,64M")
+    p.add_argument("--ops", default=",".join(BUS),
+                   help="the collectives timed (default: all three)")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--mlp", default="512,2048,2048,10",
                    help="layer widths (default: about 5.3 M parameters)")
@@ -314,6 +397,10 @@ def main(argv):
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
     a.sizes = [parse_size(s) for s in a.sizes.split(",") if s]
+    a.ops = [o for o in a.ops.split(",") if o]
+    for o in a.ops:
+        if o not in BUS:
+            p.error(f"--ops: {o!r} is not one of {', '.join(BUS)}")
     a.mlp = [int(d) for d in a.mlp.split(",") if d]
     if len(a.mlp) < 2:
         p.error("--mlp needs at least two widths")

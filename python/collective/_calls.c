@@ -103,9 +103,11 @@ static int parse_args(const struct call_spec *sp, PyObject *const *args, Py_ssiz
         a[sp->pos[i]] = args[i];
     if (kwnames == NULL)
         return 0;
-    Py_ssize_t nkw = PyTuple_GET_SIZE(kwnames);
+    Py_ssize_t nkw = PyTuple_Size(kwnames);
     for (Py_ssize_t k = 0; k < nkw; k++) {
-        PyObject *kw = PyTuple_GET_ITEM(kwnames, k);
+        PyObject *kw = PyTuple_GetItem(kwnames, k);
+        if (kw == NULL)
+            return -1;
         int idx = -1;
         for (int j = 0; j < A_N && idx < 0; j++)
             if (kw == arg_strs[j])
@@ -170,8 +172,7 @@ static int parse_op(const char *fn, PyObject *o, collRedOp_t *op_p)
         *op_p = (collRedOp_t)v;
         return 0;
     }
-    PyErr_Format(PyExc_TypeError, "%s: op must be a str ('sum', 'prod', 'max', 'min', 'avg'), "
-                 "not %.100s", fn, Py_TYPE(o)->tp_name);
+    coll_py_type_error(o, "%s: op must be a str ('sum', 'prod', 'max', 'min', 'avg')", fn);
     return -1;
 }
 
@@ -191,8 +192,7 @@ static int parse_dtype(const char *fn, PyObject *o, int *dtype_p)
                           fn, o);
         return -1;
     }
-    PyErr_Format(PyExc_TypeError, "%s: dtype must be a str such as 'bfloat16', not %.100s", fn,
-                 Py_TYPE(o)->tp_name);
+    coll_py_type_error(o, "%s: dtype must be a str such as 'bfloat16'", fn);
     return -1;
 }
 
@@ -210,8 +210,7 @@ static int parse_int(const char *fn, const char *name, PyObject *o, int dflt, in
     if (v == -1 && PyErr_Occurred()) {
         if (PyErr_ExceptionMatches(PyExc_TypeError)) {
             PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "%s: %s must be an int, not %.100s", fn, name,
-                         Py_TYPE(o)->tp_name);
+            coll_py_type_error(o, "%s: %s must be an int", fn, name);
         } else if (PyErr_ExceptionMatches(PyExc_OverflowError)) {
             PyErr_Clear();
             coll_py_raise_fmt(collInvalidArgument, "%s: %s %R is out of range", fn, name, o);
@@ -293,9 +292,8 @@ static int get_buf(const char *fn, const char *name, PyObject *o, bool writable,
         b->v.obj = NULL;
         if (!PyObject_CheckBuffer(o)) {
             PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "%s: %s must support the buffer protocol (a numpy "
-                         "array, bytearray, memoryview...), not %.100s", fn, name,
-                         Py_TYPE(o)->tp_name);
+            coll_py_type_error(o, "%s: %s must support the buffer protocol (a numpy array, "
+                               "bytearray, memoryview...)", fn, name);
             return -1;
         }
         if (writable) {
@@ -307,8 +305,12 @@ static int get_buf(const char *fn, const char *name, PyObject *o, bool writable,
                 Py_XDECREF(et);
                 Py_XDECREF(ev);
                 Py_XDECREF(tb);
-                coll_py_raise_fmt(collInvalidArgument, "%s: %s is read-only (%.100s), but it "
-                                  "receives the result", fn, name, Py_TYPE(o)->tp_name);
+                PyObject *type_name = coll_py_type_name(o);
+                if (type_name != NULL) {
+                    coll_py_raise_fmt(collInvalidArgument, "%s: %s is read-only (%.100U), but "
+                                      "it receives the result", fn, name, type_name);
+                    Py_DECREF(type_name);
+                }
                 return -1;
             }
             PyErr_Clear();

@@ -20,6 +20,7 @@
 #include "_core.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <string.h>
 
 #include <structmember.h>
@@ -50,7 +51,7 @@ PyObject *coll_py_raise_text(collResult_t res, PyObject *text)
     PyObject *full = PyUnicode_FromFormat("%U (%s, code %d)", text, name, (int)res);
     if (full == NULL)
         return NULL;
-    PyObject *exc = PyObject_CallOneArg(type, full);
+    PyObject *exc = PyObject_CallFunctionObjArgs(type, full, NULL);
     Py_DECREF(full);
     if (exc == NULL)
         return NULL;
@@ -90,6 +91,50 @@ PyObject *coll_py_raise_fmt(collResult_t res, const char *fmt, ...)
     coll_py_raise_text(res, t);
     Py_DECREF(t);
     return NULL;
+}
+
+PyObject *coll_py_type_name(PyObject *o)
+{
+    /* A static type's tp_name holds its module ("numpy.ndarray"), except for
+     * builtins ("int"); a heap type's (a class) is its bare name. */
+    PyTypeObject *t = Py_TYPE(o);
+    PyObject *name = PyType_GetName(t);
+    if (name == NULL || (PyType_GetFlags(t) & Py_TPFLAGS_HEAPTYPE))
+        return name;
+    PyObject *mod = PyObject_GetAttrString((PyObject *)t, "__module__");
+    if (mod == NULL) {
+        PyErr_Clear();
+        return name;
+    }
+    PyObject *full = name;
+    if (PyUnicode_Check(mod) && PyUnicode_CompareWithASCIIString(mod, "builtins") != 0) {
+        full = PyUnicode_FromFormat("%U.%U", mod, name);
+        Py_DECREF(name);
+    }
+    Py_DECREF(mod);
+    return full;
+}
+
+PyObject *coll_py_type_error(PyObject *o, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    PyObject *head = PyUnicode_FromFormatV(fmt, ap);
+    va_end(ap);
+    PyObject *name = head != NULL ? coll_py_type_name(o) : NULL;
+    if (name != NULL)
+        PyErr_Format(PyExc_TypeError, "%U, not %.100U", head, name);
+    Py_XDECREF(head);
+    Py_XDECREF(name);
+    return NULL;
+}
+
+void coll_py_free(PyObject *self)
+{
+    PyTypeObject *type = Py_TYPE(self);
+    freefunc tp_free = COLL_PY_FUNC(freefunc, PyType_GetSlot(type, Py_tp_free));
+    tp_free(self);
+    Py_DECREF(type);
 }
 
 PyObject *coll_py_comm_error_text(struct py_comm *c, collResult_t res)
@@ -221,8 +266,10 @@ int coll_py_comm_enter(struct py_comm *c, const char *fn)
         return -1;
     }
     if (coll_py_group.depth > 0) {
-        Py_INCREF(c);
-        Py_XSETREF(coll_py_group.comm, (PyObject *)c);
+        PyObject *old = coll_py_group.comm;
+        Py_INCREF((PyObject *)c);
+        coll_py_group.comm = (PyObject *)c;
+        Py_XDECREF(old);
     }
     return 0;
 }
@@ -298,7 +345,7 @@ static void comm_dealloc(PyObject *self)
         (void)collCommDestroy(comm);
         Py_END_ALLOW_THREADS
     }
-    Py_TYPE(self)->tp_free(self);
+    coll_py_free(self);
 }
 
 static PyObject *comm_repr(PyObject *self)
@@ -328,7 +375,8 @@ PyDoc_STRVAR(from_env_doc,
 /* A new object of type around comm (which it then owns; destroyed on failure). */
 static PyObject *comm_new_of(PyTypeObject *type, collComm_t comm)
 {
-    struct py_comm *c = (struct py_comm *)type->tp_alloc(type, 0);
+    allocfunc tp_alloc = COLL_PY_FUNC(allocfunc, PyType_GetSlot(type, Py_tp_alloc));
+    struct py_comm *c = (struct py_comm *)tp_alloc(type, 0);
     if (c == NULL) {
         Py_BEGIN_ALLOW_THREADS
         (void)collCommDestroy(comm);
@@ -358,7 +406,7 @@ static PyObject *comm_from_env(PyObject *cls, PyObject *unused)
 /* A new object of self's type around comm (which it then owns). */
 static PyObject *comm_wrap(struct py_comm *self, collComm_t comm)
 {
-    return comm_new_of(Py_TYPE(self), comm);
+    return comm_new_of(Py_TYPE((PyObject *)self), comm);
 }
 
 PyDoc_STRVAR(split_doc,
@@ -425,14 +473,20 @@ static PyObject *comm_shrink(PyObject *self, PyObject *args, PyObject *kwds)
         PyObject *seq = PySequence_Fast(exclude, "shrink: exclude must be a sequence of ranks");
         if (seq == NULL)
             return NULL;
-        n = PySequence_Fast_GET_SIZE(seq);
+        n = PySequence_Size(seq);
+        if (n < 0) {
+            Py_DECREF(seq);
+            return NULL;
+        }
         ranks = PyMem_Malloc((size_t)(n > 0 ? n : 1) * sizeof(int));
         if (ranks == NULL) {
             Py_DECREF(seq);
             return PyErr_NoMemory();
         }
         for (Py_ssize_t i = 0; i < n; i++) {
-            long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(seq, i));
+            PyObject *item = PySequence_GetItem(seq, i);
+            long v = item != NULL ? PyLong_AsLong(item) : -1;
+            Py_XDECREF(item);
             if (v == -1 && PyErr_Occurred()) {
                 Py_DECREF(seq);
                 PyMem_Free(ranks);
@@ -702,8 +756,7 @@ static int raw_long(PyObject *o, const char *name, long long *out)
     if (*out == -1 && PyErr_Occurred()) {
         if (PyErr_ExceptionMatches(PyExc_TypeError)) {
             PyErr_Clear();
-            PyErr_Format(PyExc_TypeError, "raw: %s must be an int, not %.100s", name,
-                         Py_TYPE(o)->tp_name);
+            coll_py_type_error(o, "raw: %s must be an int", name);
         }
         return -1;
     }
@@ -717,12 +770,66 @@ static int raw_addr(PyObject *o, const char *name, void **out)
         return 0;
     }
     if (!PyLong_Check(o)) {
-        PyErr_Format(PyExc_TypeError, "raw: %s must be an int address, not %.100s", name,
-                     Py_TYPE(o)->tp_name);
+        coll_py_type_error(o, "raw: %s must be an int address", name);
         return -1;
     }
     *out = PyLong_AsVoidPtr(o);
     return *out == NULL && PyErr_Occurred() ? -1 : 0;
+}
+
+/* raw()'s stream: None (NULL), a Stream, or an int, taken as the C call takes its
+ * stream argument: a CUDA stream handle (cudaStream_t) with device buffers, or a
+ * collStream_t's address (Stream.ptr).  Negative ints and bools are refused. */
+static int raw_stream(PyObject *o, collStream_t *out)
+{
+    *out = NULL;
+    if (o == Py_None)
+        return 0;
+    if (PyObject_TypeCheck(o, coll_py_stream_type)) {
+        *out = ((struct py_stream *)o)->stream;
+        if (*out != NULL)
+            return 0;
+        coll_py_raise(collInvalidUsage, "raw: the stream was destroyed");
+        return -1;
+    }
+    if (PyBool_Check(o) || !PyIndex_Check(o)) {
+        coll_py_type_error(o, "raw: stream must be a Stream, an int (a CUDA stream handle, "
+                           "cudaStream_t) or None");
+        return -1;
+    }
+    PyObject *v = PyNumber_Index(o);
+    if (v == NULL)
+        return -1;
+    long long sv = PyLong_AsLongLong(v);
+    if (sv == -1 && PyErr_Occurred()) {
+        if (!PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            Py_DECREF(v);
+            return -1;
+        }
+        PyErr_Clear();
+        sv = 0; /* beyond long long: the check below tells its sign */
+    }
+    if (sv < 0) {
+        Py_DECREF(v);
+        coll_py_raise_fmt(collInvalidArgument, "raw: stream %lld is negative: an int stream "
+                          "is a CUDA stream handle (cudaStream_t, an address: 0 or more)", sv);
+        return -1;
+    }
+    unsigned long long u = PyLong_AsUnsignedLongLong(v);
+    if ((u == (unsigned long long)-1 && PyErr_Occurred()) || u > (unsigned long long)UINTPTR_MAX) {
+        if (PyErr_Occurred() && !PyErr_ExceptionMatches(PyExc_OverflowError)) {
+            Py_DECREF(v);
+            return -1;
+        }
+        PyErr_Clear();
+        coll_py_raise_fmt(collInvalidArgument, "raw: stream %R is out of range: an int stream "
+                          "is a CUDA stream handle (cudaStream_t, an address: 0 or more)", v);
+        Py_DECREF(v);
+        return -1;
+    }
+    Py_DECREF(v);
+    *out = (collStream_t)(uintptr_t)u;
+    return 0;
 }
 
 PyDoc_STRVAR(raw_doc,
@@ -730,9 +837,17 @@ PyDoc_STRVAR(raw_doc,
 "The pointer path: one library call on addresses.  func, dtype and op are the\n"
 "codes of FUNCS, DTYPES and OPS; addresses are ints (0 = NULL); count is in\n"
 "elements as the C call takes it; root_or_peer is the root of broadcast, reduce,\n"
-"gather and scatter, the peer of send and recv, ignored otherwise.  With a\n"
-"Stream it returns at once and the caller keeps the memory alive and untouched\n"
-"until the stream is synchronized.  Raises Error subclasses with the C text.");
+"gather and scatter, the peer of send and recv, ignored otherwise.  Raises Error\n"
+"subclasses with the C text.\n\n"
+"stream is the C call's stream argument: None (NULL: host buffers block; device\n"
+"buffers go on CUDA's legacy default stream), a Stream (returns at once; the\n"
+"caller keeps the memory alive and untouched until the stream is synchronized), or\n"
+"an int: for buffers in CUDA device memory a CUDA stream handle (cudaStream_t, as\n"
+"torch.cuda.current_stream().cuda_stream gives it; 0 is the legacy default\n"
+"stream): the call returns once its work is enqueued on that stream, and the\n"
+"memory must stay alive until the stream has passed it.  With host buffers an int\n"
+"is 0 (blocks) or a Stream's ptr; another raises InvalidArgument from the library.\n"
+"A negative int raises InvalidArgument naming stream; a bool, TypeError.");
 
 static PyObject *comm_raw(PyObject *self, PyObject *const *args, Py_ssize_t nargs,
                           PyObject *kwnames)
@@ -746,9 +861,11 @@ static PyObject *comm_raw(PyObject *self, PyObject *const *args, Py_ssize_t narg
                             nargs);
     for (Py_ssize_t i = 0; i < nargs; i++)
         a[i] = args[i];
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
     for (Py_ssize_t k = 0; k < nkw; k++) {
-        PyObject *kw = PyTuple_GET_ITEM(kwnames, k);
+        PyObject *kw = PyTuple_GetItem(kwnames, k);
+        if (kw == NULL)
+            return NULL;
         int i = 0;
         while (i < 8 && PyUnicode_CompareWithASCIIString(kw, names[i]) != 0)
             i++;
@@ -780,15 +897,9 @@ static PyObject *comm_raw(PyObject *self, PyObject *const *args, Py_ssize_t narg
         root > 2147483647LL)
         return coll_py_raise_fmt(collInvalidArgument, "raw: dtype %lld, op %lld or "
                                  "root_or_peer %lld is out of range", dtype, op, root);
-    collStream_t stream = NULL;
-    if (a[7] != Py_None) {
-        if (!PyObject_TypeCheck(a[7], &coll_py_stream_type))
-            return PyErr_Format(PyExc_TypeError, "raw: stream must be a Stream or None, not "
-                                "%.100s", Py_TYPE(a[7])->tp_name);
-        stream = ((struct py_stream *)a[7])->stream;
-        if (stream == NULL)
-            return coll_py_raise(collInvalidUsage, "raw: the stream was destroyed");
-    }
+    collStream_t stream;
+    if (raw_stream(a[7], &stream) < 0)
+        return NULL;
     if (coll_py_comm_enter(c, "raw") < 0)
         return NULL;
     collComm_t comm = c->comm;
@@ -841,19 +952,29 @@ PyDoc_STRVAR(comm_doc,
 "collective.Communicator is the class to use; it adds seconds for the timeout\n"
 "and the context manager.");
 
-PyTypeObject coll_py_comm_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "collective._core.Comm",
-    .tp_basicsize = sizeof(struct py_comm),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
-    .tp_doc = comm_doc,
-    .tp_new = PyType_GenericNew,
-    .tp_init = comm_init,
-    .tp_dealloc = comm_dealloc,
-    .tp_repr = comm_repr,
-    .tp_methods = comm_methods,
-    .tp_members = comm_members,
+static PyType_Slot comm_slots[] = {
+    {Py_tp_doc, (void *)comm_doc},
+    {Py_tp_new, COLL_PY_SLOT(PyType_GenericNew)},
+    {Py_tp_init, COLL_PY_SLOT(comm_init)},
+    {Py_tp_dealloc, COLL_PY_SLOT(comm_dealloc)},
+    {Py_tp_repr, COLL_PY_SLOT(comm_repr)},
+    {Py_tp_methods, comm_methods},
+    {Py_tp_members, comm_members},
+    {0, NULL},
 };
+
+/* A base class: collective.Communicator subclasses it. */
+static PyType_Spec comm_spec = {
+    .name = "collective._core.Comm",
+    .basicsize = sizeof(struct py_comm),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = comm_slots,
+};
+
+PyTypeObject *coll_py_comm_type;
+PyTypeObject *coll_py_stream_type;
+PyTypeObject *coll_py_handle_type;
+PyTypeObject *coll_py_pending_type;
 
 /* -------------------------------------------------------------- module --- */
 
@@ -899,6 +1020,29 @@ static PyMethodDef module_methods[] = {
 PyDoc_STRVAR(module_doc,
 "collective._core: the CPython binding of libcollective.  Use the collective\n"
 "package; this module is its low level (see docs/python.md).");
+
+/* The module's types; each made once per process (the module has no per-module
+ * state: m_size -1). */
+static int types_init(void)
+{
+    static const struct {
+        PyTypeObject **type;
+        PyType_Spec *spec;
+    } types[] = {
+        {&coll_py_comm_type, &comm_spec},
+        {&coll_py_stream_type, &coll_py_stream_spec},
+        {&coll_py_handle_type, &coll_py_handle_spec},
+        {&coll_py_pending_type, &coll_py_pending_spec},
+    };
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        if (*types[i].type != NULL)
+            continue;
+        *types[i].type = (PyTypeObject *)PyType_FromSpec(types[i].spec);
+        if (*types[i].type == NULL)
+            return -1;
+    }
+    return 0;
+}
 
 static struct PyModuleDef module_def = {
     PyModuleDef_HEAD_INIT, "collective._core", module_doc, -1, module_methods,
@@ -969,16 +1113,15 @@ PyMODINIT_FUNC PyInit__core(void)
         comm_methods[n++] = *d;
     }
     comm_methods[n] = (PyMethodDef){NULL, NULL, 0, NULL};
-    if (PyType_Ready(&coll_py_comm_type) < 0 || PyType_Ready(&coll_py_stream_type) < 0 ||
-        PyType_Ready(&coll_py_handle_type) < 0 || PyType_Ready(&coll_py_pending_type) < 0)
+    if (types_init() < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module_def);
     if (m == NULL)
         return NULL;
     if (errors_init(m) < 0 || constants_init(m) < 0 || coll_py_calls_init(m) < 0 ||
-        PyModule_AddObjectRef(m, "Comm", (PyObject *)&coll_py_comm_type) < 0 ||
-        PyModule_AddObjectRef(m, "Stream", (PyObject *)&coll_py_stream_type) < 0 ||
-        PyModule_AddObjectRef(m, "Handle", (PyObject *)&coll_py_handle_type) < 0) {
+        PyModule_AddObjectRef(m, "Comm", (PyObject *)coll_py_comm_type) < 0 ||
+        PyModule_AddObjectRef(m, "Stream", (PyObject *)coll_py_stream_type) < 0 ||
+        PyModule_AddObjectRef(m, "Handle", (PyObject *)coll_py_handle_type) < 0) {
         Py_DECREF(m);
         return NULL;
     }

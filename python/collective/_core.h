@@ -1,9 +1,17 @@
 /* collective._core: what _core.c (module, errors, communicator life cycle, raw calls,
  * streams, groups) and _calls.c (the buffer-protocol collectives and their handles)
- * share.  Everything here runs with the GIL held unless a comment says otherwise. */
+ * share.  Everything here runs with the GIL held unless a comment says otherwise.
+ *
+ * The extension is written against CPython's limited API of 3.11, so that one build
+ * (_core.abi3.so, the stable ABI) loads in every CPython from 3.11 on: its types are
+ * heap types made from specs at module init, and it reads no object's fields
+ * directly (no PyTuple_GET_ITEM, no Py_TYPE(o)->tp_name). */
 #ifndef COLL_PY_CORE_H
 #define COLL_PY_CORE_H
 
+#ifndef Py_LIMITED_API
+#define Py_LIMITED_API 0x030B0000
+#endif
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdbool.h>
@@ -64,10 +72,31 @@ struct py_group {
 };
 extern _Thread_local struct py_group coll_py_group;
 
-extern PyTypeObject coll_py_comm_type;
-extern PyTypeObject coll_py_stream_type;
-extern PyTypeObject coll_py_handle_type;
-extern PyTypeObject coll_py_pending_type;
+/* The types, made from their specs by the module's init (one module per process:
+ * single-phase init), and held by it for the life of the process. */
+extern PyTypeObject *coll_py_comm_type;
+extern PyTypeObject *coll_py_stream_type;
+extern PyTypeObject *coll_py_handle_type;
+extern PyTypeObject *coll_py_pending_type;
+extern PyType_Spec coll_py_stream_spec;
+extern PyType_Spec coll_py_handle_spec;
+extern PyType_Spec coll_py_pending_spec;
+
+/* A function as a PyType_Slot's pointer, and a slot's pointer as a function: ISO C
+ * has no conversion between function and object pointers, which the slots API
+ * needs and POSIX guarantees; __extension__ keeps -Wpedantic quiet about it. */
+#define COLL_PY_SLOT(f) (__extension__(void *)(f))
+#define COLL_PY_FUNC(type, p) (__extension__(type)(p))
+
+/* The name of o's type as its tp_name spells it ("int", "numpy.ndarray"), for
+ * messages; a new reference, or NULL with an exception set. */
+PyObject *coll_py_type_name(PyObject *o);
+/* Raises TypeError with the text of fmt followed by ", not " and the name of o's
+ * type; returns NULL. */
+PyObject *coll_py_type_error(PyObject *o, const char *fmt, ...);
+/* The end of a dealloc of an object of a heap type: its type's tp_free, then the
+ * reference to the type that each object of a heap type holds. */
+void coll_py_free(PyObject *self);
 
 /* Raise the Error subclass of res with text (or the library's message for res when
  * text is NULL or empty); they return NULL. */

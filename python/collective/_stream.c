@@ -97,7 +97,7 @@ static PyObject *stream_raise(collResult_t res)
 static int stream_init(PyObject *self, PyObject *args, PyObject *kwds)
 {
     struct py_stream *s = (struct py_stream *)self;
-    if (!PyArg_ParseTuple(args, ":Stream") || (kwds != NULL && PyDict_GET_SIZE(kwds) > 0)) {
+    if (!PyArg_ParseTuple(args, ":Stream") || (kwds != NULL && PyDict_Size(kwds) > 0)) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "Stream() takes no arguments");
         return -1;
@@ -122,7 +122,7 @@ static void stream_dealloc(PyObject *self)
         (void)collStreamDestroy(st);
         Py_END_ALLOW_THREADS
     }
-    Py_TYPE(self)->tp_free(self);
+    coll_py_free(self);
 }
 
 static int stream_live(struct py_stream *s, const char *fn)
@@ -215,17 +215,21 @@ PyDoc_STRVAR(stream_doc,
 "on the communicator's progress thread, in issue order; its buffers must stay\n"
 "valid and untouched until synchronize().");
 
-PyTypeObject coll_py_stream_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "collective._core.Stream",
-    .tp_basicsize = sizeof(struct py_stream),
-    .tp_flags = Py_TPFLAGS_DEFAULT,
-    .tp_doc = stream_doc,
-    .tp_new = PyType_GenericNew,
-    .tp_init = stream_init,
-    .tp_dealloc = stream_dealloc,
-    .tp_methods = stream_methods,
-    .tp_getset = stream_getset,
+static PyType_Slot stream_slots[] = {
+    {Py_tp_doc, (void *)stream_doc},
+    {Py_tp_new, COLL_PY_SLOT(PyType_GenericNew)},
+    {Py_tp_init, COLL_PY_SLOT(stream_init)},
+    {Py_tp_dealloc, COLL_PY_SLOT(stream_dealloc)},
+    {Py_tp_methods, stream_methods},
+    {Py_tp_getset, stream_getset},
+    {0, NULL},
+};
+
+PyType_Spec coll_py_stream_spec = {
+    .name = "collective._core.Stream",
+    .basicsize = sizeof(struct py_stream),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_IMMUTABLETYPE,
+    .slots = stream_slots,
 };
 
 /* ---------------------------------------------------------- pending set --- */
@@ -233,11 +237,11 @@ PyTypeObject coll_py_stream_type = {
 
 PyObject *coll_py_pending_new(struct py_comm *comm)
 {
-    struct py_pending *p = PyObject_GC_New(struct py_pending, &coll_py_pending_type);
+    struct py_pending *p = PyObject_GC_New(struct py_pending, coll_py_pending_type);
     if (p == NULL)
         return NULL;
     p->stream = NULL;
-    Py_INCREF(comm);
+    Py_INCREF((PyObject *)comm);
     p->comm = comm;
     p->issued = coll_py_group.depth == 0;
     p->syncing = p->synced = false;
@@ -317,6 +321,7 @@ int coll_py_pending_adopt(PyObject *pending, struct buf_list *l)
 static int pending_traverse(PyObject *self, visitproc visit, void *arg)
 {
     struct py_pending *p = (struct py_pending *)self;
+    Py_VISIT(Py_TYPE(self)); /* an object of a heap type holds its type */
     Py_VISIT(p->comm);
     Py_VISIT(p->text);
     return 0;
@@ -337,17 +342,23 @@ static void pending_dealloc(PyObject *self)
     coll_py_bufs_release(&p->bufs);
     Py_CLEAR(p->text);
     Py_CLEAR(p->comm);
-    PyObject_GC_Del(self);
+    coll_py_free(self);
 }
 
-PyTypeObject coll_py_pending_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "collective._core._Pending",
-    .tp_basicsize = sizeof(struct py_pending),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = "The calls on one stream that handles wait for (internal).",
-    .tp_dealloc = pending_dealloc,
-    .tp_traverse = pending_traverse,
+static PyType_Slot pending_slots[] = {
+    {Py_tp_doc, (void *)"The calls on one stream that handles wait for (internal)."},
+    {Py_tp_dealloc, COLL_PY_SLOT(pending_dealloc)},
+    {Py_tp_traverse, COLL_PY_SLOT(pending_traverse)},
+    {0, NULL},
+};
+
+/* Made by the module only, as the static type without tp_new was. */
+PyType_Spec coll_py_pending_spec = {
+    .name = "collective._core._Pending",
+    .basicsize = sizeof(struct py_pending),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = pending_slots,
 };
 
 /* --------------------------------------------------------------- Handle --- */
@@ -361,7 +372,7 @@ struct py_handle {
 
 PyObject *coll_py_handle_new(PyObject *pending, PyObject *result, const char *fn)
 {
-    struct py_handle *h = PyObject_GC_New(struct py_handle, &coll_py_handle_type);
+    struct py_handle *h = PyObject_GC_New(struct py_handle, coll_py_handle_type);
     if (h == NULL)
         return NULL;
     Py_INCREF(pending);
@@ -443,6 +454,7 @@ static PyObject *handle_repr(PyObject *self)
 static int handle_traverse(PyObject *self, visitproc visit, void *arg)
 {
     struct py_handle *h = (struct py_handle *)self;
+    Py_VISIT(Py_TYPE(self)); /* an object of a heap type holds its type */
     Py_VISIT(h->pending);
     Py_VISIT(h->result);
     return 0;
@@ -460,7 +472,7 @@ static void handle_dealloc(PyObject *self)
 {
     PyObject_GC_UnTrack(self);
     handle_clear(self);
-    PyObject_GC_Del(self);
+    coll_py_free(self);
 }
 
 static PyMethodDef handle_methods[] = {
@@ -482,18 +494,24 @@ PyDoc_STRVAR(handle_doc,
 "seen it finish, or the handle is collected (which waits for it first).  Do not\n"
 "touch them meanwhile.");
 
-PyTypeObject coll_py_handle_type = {
-    PyVarObject_HEAD_INIT(NULL, 0)
-    .tp_name = "collective.Handle",
-    .tp_basicsize = sizeof(struct py_handle),
-    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
-    .tp_doc = handle_doc,
-    .tp_dealloc = handle_dealloc,
-    .tp_traverse = handle_traverse,
-    .tp_clear = handle_clear,
-    .tp_repr = handle_repr,
-    .tp_methods = handle_methods,
-    .tp_getset = handle_getset,
+static PyType_Slot handle_slots[] = {
+    {Py_tp_doc, (void *)handle_doc},
+    {Py_tp_dealloc, COLL_PY_SLOT(handle_dealloc)},
+    {Py_tp_traverse, COLL_PY_SLOT(handle_traverse)},
+    {Py_tp_clear, COLL_PY_SLOT(handle_clear)},
+    {Py_tp_repr, COLL_PY_SLOT(handle_repr)},
+    {Py_tp_methods, handle_methods},
+    {Py_tp_getset, handle_getset},
+    {0, NULL},
+};
+
+/* Made by the calls only (async_=True), as the static type without tp_new was. */
+PyType_Spec coll_py_handle_spec = {
+    .name = "collective.Handle",
+    .basicsize = sizeof(struct py_handle),
+    .flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_IMMUTABLETYPE |
+             Py_TPFLAGS_DISALLOW_INSTANTIATION,
+    .slots = handle_slots,
 };
 
 /* --------------------------------------------------------------- groups --- */
@@ -531,9 +549,9 @@ PyObject *coll_py_group_end(PyObject *m, PyObject *const *args, Py_ssize_t nargs
                             PyObject *kwnames)
 {
     int cancel = 0;
-    Py_ssize_t nkw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
+    Py_ssize_t nkw = kwnames ? PyTuple_Size(kwnames) : 0;
     if (nargs + nkw > 1 || (nkw == 1 && PyUnicode_CompareWithASCIIString(
-                                            PyTuple_GET_ITEM(kwnames, 0), "cancel") != 0))
+                                            PyTuple_GetItem(kwnames, 0), "cancel") != 0))
         return PyErr_Format(PyExc_TypeError, "group_end() takes one argument, cancel");
     if (nargs + nkw == 1 && (cancel = PyObject_IsTrue(args[0])) < 0)
         return NULL;

@@ -4,7 +4,9 @@
 #       compiles tests/gpu/probe.cu and runs it (facts about the CUDA stack, and checks of
 #       what the library's CUDA support relies on), then the library's gpu test suite if
 #       build-gpu configures with -Dcuda=enabled and has one, then allreduce_perf -D 1
-#       (device buffers) with 2 and 4 processes on the GPU;
+#       (device buffers) with 2 and 4 processes on the GPU, then the torch.distributed
+#       backend on CUDA tensors (tests/python/test_torch_device.py) with the python3 whose
+#       torch sees the GPU;
 #   tests/gpu/run.sh --build-only [FILE]
 #       only compiles the probe, to FILE (default tests/gpu/probe.bin), no GPU needed: for a
 #       GPU machine without the CUDA toolkit, where run.sh falls back to that file.
@@ -175,9 +177,37 @@ gpu_bench() {
     done
 }
 
+# ---- the torch.distributed backend on CUDA tensors, with the torch that is there ----
+# The same calls as tests/python/test_torch_device.py makes against the stand-in driver,
+# on real CUDA tensors (2 ranks on the one GPU), with the package built for that python.
+gpu_torch() {
+    local py
+    py=$(command -v python3) || { say "torch: skipped: no python3"; return 0; }
+    if ! "$py" -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' 2>/dev/null; then
+        say "torch: skipped: $py has no torch that sees the GPU"
+        return 0
+    fi
+    local setup=(meson setup build-gpu-torch)
+    [ -d build-gpu-torch/meson-private ] && setup=(meson setup --reconfigure build-gpu-torch)
+    say "+ ${setup[*]} -Dpython=enabled -Dpython_interpreter=$py"
+    if ! logged timeout 300 "${setup[@]}" -Dpython=enabled "-Dpython_interpreter=$py"; then
+        say "torch: the package did not configure for $py (above)"
+        return 1
+    fi
+    if ! logged timeout "${GPU_BUILD_TIMEOUT:-300}" ninja -C build-gpu-torch; then
+        say "torch: the build failed (above)"
+        return 1
+    fi
+    say "+ $py tests/python/test_torch_device.py --nproc 2"
+    PYTHONPATH=build-gpu-torch/python logged timeout 240 "$py" \
+        tests/python/test_torch_device.py --nproc 2 --timeout 200
+}
+
 if ! gpu_suite; then
     status=1
 elif ! gpu_bench; then
+    status=1
+elif ! gpu_torch; then
     status=1
 fi
 say "exit $status (log: $log)"

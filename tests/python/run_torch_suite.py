@@ -20,6 +20,8 @@ Options:
     -n, --world-sizes  comma-separated world sizes (default 3; with --full 2,3,4)
     --full             every test of the suite (the default: QUICK, about 3 minutes);
                        COLL_TORCH_SUITE_FULL=1 does the same (about 15 minutes on two cores)
+    --smoke            one test of each family (SMOKE, about a minute) instead of QUICK;
+                       --full (or COLL_TORCH_SUITE_FULL=1) still runs them all
     -k PATTERN         run only the tests matching this fnmatch pattern, among all of
                        them (repeatable; a pattern without '*' matches a name exactly)
     --family NAME      run only this family (repeatable); --list shows each test's family
@@ -28,6 +30,7 @@ Options:
     --gloo-gated       run only the tests the suite reserves for Gloo (see GLOO_GATED),
                        against the backend anyway: which of them it would pass
     --build-dir DIR    a meson build directory: DIR/python goes on PYTHONPATH
+    --python PATH      run under this Python and its torch (torch_python.py)
     --json FILE        write the results (one record per test and world size)
     -v                 print every test's result and the full traceback of failures
 
@@ -115,19 +118,31 @@ QUICK = [
 ]
 
 
+# The smallest selection (--smoke): one test of each family, for the torch versions
+# after the first, whose quick selection the default run leaves out (about a minute at
+# world size 3 on two cores).
+SMOKE = [
+    "test_get_backend", "test_destroy_group", "test_all_reduce_sum", "test_all_reduce_sum_async",
+    "test_broadcast", "test_reduce_sum", "test_all_gather", "test_all_gather_object_default_pg",
+    "test_gather", "test_scatter", "test_barrier", "test_send_recv", "test_irecv",
+    "test_DistributedDataParallelCPU",
+]
+
+
 def _matches(name, patterns):
     return any(fnmatch.fnmatchcase(name, p) for p in patterns)
 
 
-def select(all_names, full, families=None, patterns=None):
+def select(all_names, full, families=None, patterns=None, smoke=False):
     """The tests to run, in the suite's order (full and no family: all of them)."""
     fams = families or list(FAMILIES)
+    default = SMOKE if smoke else QUICK
     chosen = []
     for name in all_names:
         if families:
             if not any(_matches(name, FAMILIES[f]) for f in fams):
                 continue
-        elif not full and not patterns and name not in QUICK:
+        elif not full and not patterns and name not in default:
             continue
         if patterns and not _matches(name, patterns):
             continue
@@ -222,9 +237,14 @@ def _import_suite():
     # module that mode imports (torch.distributed._shard) fails to import on Python 3.11
     # (a dataclass with a mutable default).  Plain DDP is what is being tested: keep the
     # mode off whatever the suite asks.
-    import torch.nn.parallel._replicated_tensor_ddp_utils as rt
-    set_mode = rt._set_ddp_with_replicated_tensor
-    rt._set_ddp_with_replicated_tensor = lambda value: set_mode(False)
+    # (torch 1.13 only: 2.x has no such mode.)
+    try:
+        import torch.nn.parallel._replicated_tensor_ddp_utils as rt
+    except ImportError:
+        rt = None
+    if rt is not None:
+        set_mode = rt._set_ddp_with_replicated_tensor
+        rt._set_ddp_with_replicated_tensor = lambda value: set_mode(False)
 
     import torch
     from torch.testing._internal import common_distributed as cd
@@ -306,8 +326,13 @@ class _Recorder:
                 super().startTest(test)
 
             def _add(self, test, outcome, detail=""):
-                records.append({"test": test.id().split(".")[-1], "outcome": outcome,
-                                "detail": detail, "seconds": round(time.time() - self._t0, 1)})
+                name = test.id().split(".")[-1]
+                secs = round(time.time() - self._t0, 1)
+                records.append({"test": name, "outcome": outcome, "detail": detail,
+                                "seconds": secs})
+                # One line per test as it ends, so that a run cut short still says how far
+                # it got and how long each test took.
+                print(f"#   {outcome:5s} {secs:6.1f}s {name}", flush=True)
 
             def addSuccess(self, test):
                 super().addSuccess(test)
@@ -344,7 +369,7 @@ def worker_main(cfg):
     if os.environ.get("COLL_TORCH_SUITE_GLOO_GATED"):
         chosen = [n for n in select(names, True, cfg["families"], cfg["patterns"]) if n in GATED]
     else:
-        chosen = select(names, cfg["full"], cfg["families"], cfg["patterns"])
+        chosen = select(names, cfg["full"], cfg["families"], cfg["patterns"], cfg["smoke"])
     if cfg["list"]:
         import torch
         for n in chosen:
@@ -407,6 +432,8 @@ def parse_args(argv):
     p.add_argument("-n", "--world-sizes", default=None)
     p.add_argument("--full", action="store_true",
                    default=os.environ.get("COLL_TORCH_SUITE_FULL", "") not in ("", "0"))
+    p.add_argument("--smoke", action="store_true",
+                   help="one test of each family (SMOKE) instead of the quick selection")
     p.add_argument("-k", dest="patterns", action="append", default=[])
     p.add_argument("--family", dest="families", action="append", default=[])
     p.add_argument("--list", action="store_true")
@@ -464,7 +491,7 @@ def driver_main(argv):
         with tempfile.TemporaryDirectory(prefix="coll-torch-suite-") as tmp:
             out = os.path.join(tmp, "results.json")
             cfg = {"full": a.full, "families": a.families, "patterns": a.patterns,
-                   "list": a.list, "out": out}
+                   "list": a.list, "out": out, "smoke": a.smoke}
             env["COLL_TORCH_SUITE_CFG"] = json.dumps(cfg)
             env["TEMP_DIR"] = tmp
             print(f"# backend {a.backend}, world size {ws}", flush=True)
@@ -540,4 +567,7 @@ def report(a, records, elapsed):
 if __name__ == "__main__":
     if os.environ.get(WORKER_ENV):
         sys.exit(worker_main(json.loads(os.environ["COLL_TORCH_SUITE_CFG"])))
-    sys.exit(driver_main(sys.argv[1:]))
+    sys.path.insert(0, HERE)
+    from torch_python import reexec
+
+    sys.exit(driver_main(reexec(sys.argv)[1:]))

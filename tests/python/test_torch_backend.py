@@ -1,98 +1,28 @@
 #!/usr/bin/python3
-"""The torch.distributed backend "collective" (python/collective/torch.py) against Gloo.
+"""The torch.distributed backend "collective" (python/collective/torch/) against Gloo.
 
-Run as the test (meson suite 'python'):
+Run as the test (meson suite 'python'), once per supported torch:
 
-    /usr/bin/python3 tests/python/test_torch_backend.py --nproc N [--timeout S]
+    /usr/bin/python3 tests/python/test_torch_backend.py [--python PY] --nproc N [--timeout S]
 
-which checks that torch can be imported (else exits 77, the reason printed), then runs
-itself under `/usr/bin/python3 -m torch.distributed.run -r 1 -t 1 --nproc_per_node N`
-on a free port.  Each rank then runs every check below in one process: each call of the
-collective backend is compared with the same call on a Gloo group of the same ranks, or,
-where Gloo in torch 1.13 cannot (bfloat16, bool, reduce_scatter, all_gather_into_tensor,
-AVG, empty all_gather), with a reference derived from a Gloo all_reduce / all_gather of
-float64 or integer copies.  With N = 2 and N = 4 it also runs the DDP comparison of
-ddp_checks.py; with N = 2 and N = 3 it re-initialises through tcp:// and file://.
-The first failing check prints its traceback and exits 1 (torchrun stops the others);
-the launcher fails unless every rank printed its PASS line.
+which runs itself under PY (torch_python.py), checks that torch can be imported (else
+exits 77, the reason printed), then runs itself under `PY -m torch.distributed.run` with N
+ranks on a free port (torch_launch.py).  Each rank then runs every check below in one
+process: each call of the collective backend is compared with the same call on a Gloo
+group of the same ranks, or, where Gloo cannot (bfloat16, bool, reduce_scatter,
+all_gather_into_tensor, AVG, empty all_gather), with a reference derived from a Gloo
+all_reduce / all_gather of float64 or integer copies; then what torch 2.x asks of a
+backend (torch2_checks.py, each check where this torch has the feature).  With N = 2 and
+N = 4 it also runs the DDP comparison of ddp_checks.py; with N = 2 and N = 3 it
+re-initialises through tcp:// and file://.  The first failing check prints its traceback
+and exits 1 (torchrun stops the others); the launcher fails unless every rank printed its
+PASS line.
 """
 import os
-import re
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-WORKER_ENV = "COLL_TORCH_TEST_WORKER"
-
-
-# ---------------------------------------------------------------------------------------
-# The launcher.
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(argv):
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--nproc", type=int, default=2)
-    ap.add_argument("--timeout", type=float, default=150.0)
-    args = ap.parse_args(argv)
-    try:
-        import torch  # noqa: F401
-        import torch.distributed as dist
-    except ImportError as e:
-        print(f"SKIP: torch cannot be imported by {sys.executable}: {e}")
-        return 77
-    if not dist.is_available() or not dist.is_gloo_available():
-        print("SKIP: this torch has no torch.distributed with Gloo")
-        return 77
-    try:
-        import collective.torch  # noqa: F401
-    except ImportError as e:
-        print(f"FAIL: collective.torch cannot be imported "
-              f"(PYTHONPATH={os.environ.get('PYTHONPATH')}): {e}")
-        return 1
-    tmp = tempfile.mkdtemp(prefix="coll-torch-")
-    env = dict(os.environ)
-    env[WORKER_ENV] = "1"
-    env["COLL_TEST_TCP_PORT"] = str(free_port())
-    env["COLL_TEST_FILE"] = os.path.join(tmp, "init")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "-r", "1", "-t", "1",
-           "--nproc_per_node", str(args.nproc), "--monitor_interval", "0.5",
-           "--master_addr", "127.0.0.1",
-           "--master_port", str(free_port()), "--log_dir", os.path.join(tmp, "logs"),
-           os.path.abspath(__file__)]
-    print("+", " ".join(cmd), flush=True)
-    t0 = time.time()
-    p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                         text=True, start_new_session=True)
-    try:
-        out, _ = p.communicate(timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(p.pid, 9)
-        out, _ = p.communicate()
-        print(out)
-        print(f"FAIL: torchrun with {args.nproc} ranks did not finish within {args.timeout} s")
-        return 1
-    print(out)
-    # torchrun's prefixing writer can splice two ranks' lines into one, so the PASS
-    # lines are found anywhere in the output, one per rank, not at line starts
-    passed = set(re.findall(r"PASS rank (\d+) of \d+:", out))
-    print(f"torchrun exit {p.returncode}, {len(passed)} of {args.nproc} ranks passed, "
-          f"{time.time() - t0:.1f} s")
-    if p.returncode != 0 or len(passed) != args.nproc:
-        print("FAIL")
-        return 1
-    return 0
 
 
 # ---------------------------------------------------------------------------------------
@@ -392,9 +322,9 @@ def worker():
             same(out, gout.to(dt), f"scatter {dt} root {root}")
 
     # the fallback for a library without collGather / collScatter: groups of sends/receives
-    import collective.torch as ct
+    from collective.torch import _calls as ct
 
-    ct._HAVE_ROOTED[0] = False
+    ct.HAVE_ROOTED[0] = False
     try:
         root = n - 1
         outs = [torch.zeros(3) for _ in range(n)] if rank == root else None
@@ -407,7 +337,7 @@ def worker():
                      src=root)
         same(out, torch.full((2,), rank), "scatter fallback")
     finally:
-        ct._HAVE_ROOTED[0] = True
+        ct.HAVE_ROOTED[0] = True
 
     # -- send / recv -------------------------------------------------------------------------
     if n > 1:
@@ -448,6 +378,8 @@ def worker():
 
     # -- barrier ---------------------------------------------------------------------------
     pg0 = dist.distributed_c10d._get_default_group()
+    if not hasattr(pg0, "_set_sequence_number_for_group"):  # torch's group over our backend
+        pg0 = pg0._get_backend(torch.device("cpu"))
     pg0._set_sequence_number_for_group()
     dist.barrier()
     assert pg0._get_sequence_number_for_group() == 1
@@ -563,7 +495,11 @@ def worker():
     chk = dist.all_reduce(torch.ones(4 << 20), async_op=True).get_future().then(nested)
     chk.wait()
     msg, on_main = inner[0]
-    assert (msg == "returned") if on_main else ("callback" in msg), inner
+    # torch 2.x says a blocking call is waited on at once: it runs inline on the calling
+    # thread, so it works in a callback too; on 1.13 it would wait for the completion
+    # thread it runs on, and is refused instead
+    inline = hasattr(dist.AllreduceOptions(), "asyncOp")
+    assert (msg == "returned") if on_main or inline else ("callback" in msg), inner
     # either way the nested all_reduce was issued, on every rank, and runs in order
     # the object collectives, built on broadcast and all_gather
     objs = [None] * n
@@ -582,9 +518,8 @@ def worker():
         refused(lambda: dist.all_reduce(torch.zeros(3, dtype=torch.int32), op=op),
                 op.name if hasattr(op, "name") else "B", "bitwise")
     refused(lambda: dist.all_reduce(torch.zeros(3, dtype=torch.bool), op=R.AVG), "AVG", "bool")
-    if hasattr(dist, "_make_nccl_premul_sum"):
-        refused(lambda: dist.all_reduce(torch.zeros(3), op=dist._make_nccl_premul_sum(2.0)),
-                "PREMUL_SUM")
+    refused(lambda: dist.all_reduce(torch.zeros(3, dtype=torch.int32),
+                                    op=dist._make_nccl_premul_sum(2.0)), "PREMUL_SUM") if hasattr(dist, "_make_nccl_premul_sum") else None
     refused(lambda: dist.all_gather([torch.zeros(3) for _ in range(n + 1)], torch.zeros(3)),
             f"{n + 1} tensors", f"{n} ranks")
     refused(lambda: dist.all_gather([torch.zeros(3)] * (n - 1) + [torch.zeros(4)],
@@ -602,18 +537,23 @@ def worker():
                 "not a multiple")
     refused(lambda: dist.all_to_all_single(torch.zeros(n, 1), torch.zeros(n, 1), [1] * n,
                                            [2] * n), "split sizes", "sum")
-    refused(lambda: dist.send(torch.zeros(1), rank), "itself")
+    refused(lambda: dist.distributed_c10d._get_default_group().send([torch.zeros(1)], rank, 0),
+            "itself")
     refused(lambda: dist.recv(torch.zeros(1)), "any source")
     refused(lambda: dist.all_reduce(torch.zeros(3).to_sparse()), "layout")
     refused(lambda: dist.monitored_barrier(), "monitored_barrier")
-    refused(lambda: dist.barrier(device_ids=[0]), "device_ids")
     chk = torch.ones(2)
     dist.all_reduce(chk)
     same(chk, torch.full((2,), float(n)), "all_reduce after the refusals")
 
+    # -- what torch 2.x asks of a backend (torch2_checks.py) ----------------------------
+    sys.path.insert(0, HERE)
+    import torch2_checks
+
+    torch2_checks.run_all(rank, n, gloo, same, refused, stats)
+
     # -- DDP --------------------------------------------------------------------------------
     if n in (2, 4):
-        sys.path.insert(0, HERE)
         import ddp_checks
 
         stats["ddp"] = ddp_checks.run_all(rank, n, None, gloo, stats)
@@ -647,20 +587,8 @@ def worker():
           "; ".join(f"{k}: {v}" for k, v in stats.items() if k != "checks"), flush=True)
 
 
-def worker_main():
-    try:
-        worker()
-    except BaseException:  # noqa: BLE001 - any failure fails this rank at once
-        import traceback
-
-        traceback.print_exc()
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(1)
-
-
 if __name__ == "__main__":
-    if os.environ.get(WORKER_ENV):
-        worker_main()
-    else:
-        sys.exit(launch(sys.argv[1:]))
+    sys.path.insert(0, HERE)
+    import torch_launch
+
+    sys.exit(torch_launch.main(__file__, __doc__, worker))
