@@ -27,7 +27,7 @@ Usage, with the Python whose torch is measured (a venv of ./run.sh, or Debian's
 found in --build-dir/python:
 
     build/venv/torch-2.13/bin/python perf/torch_bench.py [--ranks 2,4] [--reps 5]
-        [--build-dir build] [--sizes 8,64K,1M,16M,64M] [--ops all_reduce,...]
+        [--build-dir build] [--sizes 8,64K,1M,16M,64M] [--ops all_reduce,...] [--route R]
         [--mlp 512,2048,2048,10] [--batch 32] [--steps 6] [--ddp-reps 3]
         [--no-ddp] [--no-perf] [--json FILE]
 
@@ -87,6 +87,7 @@ def worker(a):
     import collective.torch  # noqa: F401  (registers the backend)
 
     torch.set_num_threads(1)
+    collective.torch.ROUTE = a.route  # how the collective group plugs into torch
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
     groups = {"gloo": dist.group.WORLD, "collective": dist.new_group(backend="collective")}
@@ -278,7 +279,7 @@ def run_ranks(a, n, env):
         launch = ["-r", "1", "-t", "1", "--nproc_per_node", str(n), "--master_port",
                   str(free_port())]
     cmd = [sys.executable, "-m", "torch.distributed.run"] + launch + [
-           os.path.abspath(__file__), "--worker", "--ops", ",".join(a.ops),
+           os.path.abspath(__file__), "--worker", "--ops", ",".join(a.ops), "--route", a.route,
            "--sizes", ",".join(str(s) for s in a.sizes), "--reps", str(a.reps),
            "--mlp", ",".join(str(d) for d in a.mlp), "--batch", str(a.batch),
            "--steps", str(0 if a.no_ddp else a.steps), "--ddp-reps", str(a.ddp_reps)]
@@ -381,6 +382,8 @@ def main(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--ranks", default="2,4")
     p.add_argument("--sizes", default="8,64K,1M,16M,64M")
+    p.add_argument("--route", default="auto", choices=("auto", "process_group", "backend"),
+                   help="collective.torch.ROUTE for the collective group (backend: torch 2.14+)")
     p.add_argument("--ops", default=",".join(BUS),
                    help="the collectives timed (default: all three)")
     p.add_argument("--reps", type=int, default=5)

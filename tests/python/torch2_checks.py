@@ -132,6 +132,46 @@ def run_all(rank, n, gloo, same, refused, stats):
     else:
         skipped.append("_coalescing_manager(async_ops)")
 
+    # -- the contract torch keeps for Python process groups (its test_c10d_pypg), on this
+    #    backend's group: what torch asks of the group object itself -----------------------
+    backend = pg._get_backend(torch.device("cpu")) if type(pg) is dist.ProcessGroup else pg
+    assert backend.name() == "collective", backend.name()
+    assert (backend.rank(), backend.size()) == (rank, n), (backend.rank(), backend.size())
+    functional = getattr(torch.ops, "_c10d_functional", None)
+    if functional is not None and hasattr(functional, "all_gather_into_tensor_out"):
+        # the functional op reaches the group through its registered name
+        out = torch.empty(2 * n)
+        try:
+            functional.all_gather_into_tensor_out(torch.full((2,), float(rank)), n,
+                                                  pg.group_name, out=out)
+        except RuntimeError as e:
+            # torch 2.13's C++ op asks the group for a Backend object, which a Python
+            # ProcessGroup has none of (torch's own contract test for it came with 2.14)
+            if "No backend type associated" not in str(e):
+                raise
+            skipped.append("_c10d_functional.all_gather_into_tensor_out for a Python "
+                           "ProcessGroup")
+        else:
+            functional.wait_tensor(out)
+            same(out, torch.arange(n, dtype=torch.float32).repeat_interleave(2),
+                 "_c10d_functional.all_gather_into_tensor_out by group name")
+            done.append("contract: functional op by name")
+    if "async_ops" in inspect.signature(c10d._coalescing_manager).parameters:
+        # with a device, torch calls the group's _start_coalescing / _end_coalescing around
+        # the calls and collects the one Work of the end
+        ts = [torch.full((3,), float(rank)) for _ in range(2)]
+        with c10d._coalescing_manager(pg, torch.device("cpu"), async_ops=True) as cm:
+            for t in ts:
+                dist.all_reduce(t, group=pg)
+        cm.wait()
+        assert len(cm.works) == 1, cm.works
+        for t in ts:
+            same(t, torch.full((3,), float(n * (n - 1) // 2)), "coalescing manager with a device")
+        done.append("contract: coalescing with a device")
+    o = torch.zeros(2)
+    backend.reduce_scatter_single(o, torch.ones(2 * n)).wait()  # no options: asynchronous
+    same(o, torch.full((2,), float(n)), "reduce_scatter_single called directly")
+
     # -- PREMUL_SUM ---------------------------------------------------------------------
     if isinstance(getattr(dist, "_make_nccl_premul_sum", lambda f: None)(2.0).__getstate__(),
                   tuple):

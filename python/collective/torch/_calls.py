@@ -32,27 +32,28 @@ class Calls:
     """torch's backend calls on one communicator."""
 
     # -- running a call --------------------------------------------------------------------
-    def _submit(self, call, launch, outputs, post=None, keep=(), opts=None, device=None):
+    def _submit(self, call, launch, outputs, post=None, keep=(), opts=None, like=None):
         """_run, returning what torch takes (_groups.py: the Work itself, or a C++ Work
         over its Future).  A blocking call (torch 2.x's opts.asyncOp False) returns None
         where the group may (_done_is_none): torch's dist.* functions take None as a call
         that is already complete, which saves making a Work."""
-        if self._done_is_none and not is_async(opts) and (device is None or
-                                                          device.type != "cuda"):
+        cuda = like is not None and like.is_cuda
+        if self._done_is_none and not cuda and not is_async(opts):
             self._state.submit(Op(call, launch, post, keep), None, True)
             self._seq += 1
             return None
-        return self._out(self._run(call, launch, outputs, post, keep, opts, device))
+        return self._out(self._run(call, launch, outputs, post, keep, opts, like))
 
-    def _run(self, call, launch, outputs, post=None, keep=(), opts=None, device=None):
-        """Runs launch (the library calls, on the stream it is given) for a new Work.
+    def _run(self, call, launch, outputs, post=None, keep=(), opts=None, like=None):
+        """Runs launch (the library calls, on the stream it is given) for a new Work; like
+        is a tensor of the call (None: a CPU call).
 
         CUDA tensors go to the library on the tensor's current CUDA stream: the call
         returns once the work is enqueued there (as with NCCL), and later work on that
         stream sees the result."""
         work = Work(call, outputs, self._state)
-        if device is not None and device.type == "cuda":
-            stream = torch.cuda.current_stream(device)
+        if like is not None and like.is_cuda:
+            stream = torch.cuda.current_stream(like.device)
             handle = stream.cuda_stream
             self._state.submit(Op(call, lambda _: launch(handle), post, keep), work, True)
             event = torch.cuda.Event()
@@ -93,8 +94,11 @@ class Calls:
         call = "allreduce"
         t = one(tensors, "tensors", call)
         red = reduction(opts_op(opts, _OPT.AllreduceOptions), t.dtype, call)
-        d = Dst(t, inout=True)
-        buf = d.buf
+        if t.is_contiguous():  # the common case: no stage, nothing to copy back
+            buf, post = t, None
+        else:
+            d = Dst(t, inout=True)
+            buf, post = d.buf, copy_back([d])
         if red.factor is not None:
             buf.copy_(red.scaled(buf))
         comm, ptr, count, dt, code = self._comm, buf.data_ptr(), buf.numel(), DTYPE[t.dtype], \
@@ -103,7 +107,7 @@ class Calls:
         def launch(s):
             comm.raw(_F_ALLREDUCE, ptr, ptr, count, dt, code, 0, s)
 
-        return self._submit(call, launch, [t], copy_back([d]), (buf,), opts, t.device)
+        return self._submit(call, launch, [t], post, (buf,), opts, t)
 
     def allreduce_coalesced(self, tensors, opts=None):
         call = "allreduce_coalesced"
@@ -125,7 +129,7 @@ class Calls:
                 x.copy_(flat[off:off + x.numel()].view(x.shape))
                 off += x.numel()
 
-        return self._submit(call, launch, ts, post, (flat,), opts, ts[0].device)
+        return self._submit(call, launch, ts, post, (flat,), opts, ts[0])
 
     # -- broadcast / reduce ----------------------------------------------------------------
     def broadcast(self, tensors, opts=None):
@@ -147,7 +151,7 @@ class Calls:
         def launch(s):
             comm.raw(_F_BROADCAST, ptr, ptr, count, dt, 0, root, s)
 
-        return self._submit(call, launch, [t], copy_back([d]), (buf,), opts, t.device)
+        return self._submit(call, launch, [t], copy_back([d]), (buf,), opts, t)
 
     def reduce(self, tensors, opts=None, op=None):
         call = "reduce"
@@ -174,7 +178,7 @@ class Calls:
                      red.code, root, s)
 
         return self._submit(call, launch, [t], copy_back([d]) if is_root else None,
-                            (buf, send), opts, t.device)
+                            (buf, send), opts, t)
 
     # -- allgather -------------------------------------------------------------------------
     def allgather(self, output_tensors, input_tensors, opts=None):
@@ -200,7 +204,7 @@ class Calls:
             for i, o in enumerate(outs):
                 o.copy_(flat[i * count:(i + 1) * count].view(o.shape))
 
-        return self._submit(call, launch, outs, post, (s, flat), opts, t.device)
+        return self._submit(call, launch, outs, post, (s, flat), opts, t)
 
     def all_gather_single(self, output, input, opts=None):  # noqa: A002 - torch's name
         call = "all_gather_into_tensor"
@@ -217,7 +221,7 @@ class Calls:
             comm.raw(_F_ALLGATHER, sp, bp, count, dt, 0, 0, st)
 
         return self._submit(call, launch, [output], copy_back([d]), (s, buf), opts,
-                            input.device)
+                            input)
 
     _allgather_base = all_gather_single
 
@@ -245,7 +249,7 @@ class Calls:
                     o.copy_(rows[:, off:off + k].reshape(o.shape))
                 off += k
 
-        return self._submit(call, launch, outs, post, (flat_in, flat), opts, flat.device)
+        return self._submit(call, launch, outs, post, (flat_in, flat), opts, flat)
 
     allgather_into_tensor_coalesced = all_gather_single_coalesced
 
@@ -282,7 +286,7 @@ class Calls:
                     off += o.numel()
 
         return self._submit(call, launch, [o for lst in outs for o in lst], post,
-                            (flat_in, flat), opts, flat.device)
+                            (flat_in, flat), opts, flat)
 
     # -- reduce_scatter --------------------------------------------------------------------
     def reduce_scatter(self, output_tensors, input_tensors, opts=None):
@@ -317,7 +321,7 @@ class Calls:
             comm.raw(_F_REDUCE_SCATTER, fp, bp, count, dt, code, 0, st)
 
         return self._submit(call, launch, [out], copy_back([d]), (flat, buf), opts,
-                            out.device)
+                            out)
 
     def reduce_scatter_single(self, output, input, opts=None):  # noqa: A002 - torch's name
         call = "reduce_scatter_tensor"
@@ -353,7 +357,7 @@ class Calls:
                 o.copy_(res[off:off + o.numel()].view(o.shape))
                 off += o.numel()
 
-        return self._submit(call, launch, outs, post, (flat, res), opts, res.device)
+        return self._submit(call, launch, outs, post, (flat, res), opts, res)
 
     reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
 
@@ -379,7 +383,7 @@ class Calls:
                 comm.raw(_F_ALLTOALL, s.data_ptr(), buf.data_ptr(), count, dt, 0, 0, st)
 
             return self._submit(call, launch, [output], copy_back([d]), (s, buf), opts,
-                                input.device)
+                                input)
 
         # Uneven: split sizes count rows (the first dimension); a group of sends and
         # receives, one pair per peer (itself included).
@@ -428,7 +432,7 @@ class Calls:
             p2p_group(comm, st, sends, recvs)
 
         return self._submit(call, launch, [output], copy_back([d]), (s, buf, fsrc, fbuf), opts,
-                            input.device)
+                            input)
 
     alltoall_base = all_to_all_single
 
@@ -457,7 +461,7 @@ class Calls:
             p2p_group(comm, st, sends, recvs)
 
         return self._submit(call, launch, outs, copy_back(dsts),
-                            (srcs, [d.buf for d in dsts]), opts, ins[0].device)
+                            (srcs, [d.buf for d in dsts]), opts, ins[0])
 
     # -- gather / scatter ------------------------------------------------------------------
     def gather(self, output_tensors, input_tensors, opts=None):
@@ -505,7 +509,7 @@ class Calls:
                 o.copy_(flat[i * count:(i + 1) * count].view(o.shape))
 
         return self._submit(call, launch, outs if is_root else [t], post if is_root else None,
-                            (s, flat), opts, t.device)
+                            (s, flat), opts, t)
 
     def scatter(self, output_tensors, input_tensors, opts=None):
         call = "scatter"
@@ -547,7 +551,7 @@ class Calls:
             # A library without collScatter: a group of receives from the root.
             p2p_group(comm, st, parts, [(buf, root)])
 
-        return self._submit(call, launch, [out], copy_back([d]), (flat, buf), opts, out.device)
+        return self._submit(call, launch, [out], copy_back([d]), (flat, buf), opts, out)
 
     # -- point to point --------------------------------------------------------------------
     def _p2p(self, kind, tensors, peer, tag):

@@ -55,10 +55,12 @@ def millis(timeout):
 
 
 def check_tensor(t, what, call):
-    """Refuses what the library cannot take, naming the tensor and the problem."""
+    """Refuses what the library cannot take, naming the tensor and the problem.  (Each
+    call of the backend makes these checks: the cheapest of torch's attributes first;
+    t.device makes an object, is_cpu and is_cuda do not.)"""
     if not isinstance(t, torch.Tensor):
         raise fail(f"{call}: {what} must be a torch.Tensor, not {type(t).__name__}")
-    if t.device.type not in DEVICES:
+    if not (t.is_cpu or t.is_cuda) and t.device.type not in DEVICES:
         raise fail(
             f"{call}: {what} is on device {t.device}; the collective backend takes CPU and CUDA "
             f"tensors only (move it with .cpu(), or use a group of another backend for "
@@ -83,6 +85,10 @@ def tensor_list(x, what, call):
 
 def one(tensors, what, call):
     """The single tensor of a list (the *_multigpu forms with several are refused)."""
+    if type(tensors) is list and len(tensors) == 1:  # noqa: E721 - what torch passes
+        t = tensors[0]
+        check_tensor(t, what[:-1] if what.endswith("s") else what, call)
+        return t
     ts = tensor_list(tensors, what, call)
     if len(ts) != 1:
         raise fail(
@@ -188,9 +194,17 @@ class Reduction:
         return torch.mul(t, f).to(t.dtype)
 
 
+# The Reduction of each (RedOpType, dtype) met so far (PREMUL_SUM, which carries a factor
+# of its own, aside): a call looks its op up instead of working it out again.
+_REDUCTIONS = {}
+
+
 def reduction(op, dtype, call):
     """The Reduction for a torch ReduceOp (or RedOpType) on tensors of dtype."""
     kind = getattr(op, "op", op)
+    known = _REDUCTIONS.get((kind, dtype))
+    if known is not None:
+        return known
     if _PREMUL is not None and kind == _PREMUL:
         state = op.__getstate__() if hasattr(op, "__getstate__") else None
         factor = state[1] if isinstance(state, tuple) and len(state) > 1 else None
@@ -217,7 +231,8 @@ def reduction(op, dtype, call):
         if name == "avg":
             raise fail(f"{call}: ReduceOp.AVG is not defined for torch.bool tensors")
         name = _BOOL_OPS[name]
-    return Reduction(OP[name])
+    red = _REDUCTIONS[(kind, dtype)] = Reduction(OP[name])
+    return red
 
 
 def opts_op(opts, default_cls):
