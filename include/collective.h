@@ -562,6 +562,23 @@ COLL_API collResult_t collRecv(void *recvbuff, size_t count, collDataType_t data
                                collComm_t comm, collStream_t stream);
 
 /*
+ * collRecvAny (not in NCCL; as MPI_Recv from MPI_ANY_SOURCE, and Gloo's receive from
+ * any source): receives count elements into recvbuff from whichever rank's message
+ * to this rank comes first, and writes that rank to *peer once the call is done (with
+ * a stream: by the time the stream is; not written on a failure).  Any collSend to
+ * this rank can match it, as it would match a collRecv from the sender, with the same
+ * rule on sizes; the messages of each sender still arrive in the order sent, and
+ * the ranks' connections are looked at from the one after this rank on.  It finds the
+ * message by looking at what has arrived on each rank's connection without taking it
+ * (a sleep of 50 us to 1 ms between rounds), under the communicator's deadline.
+ * Host buffers only (device memory: collInvalidArgument), and not inside a group
+ * (collInvalidUsage).  Results as collRecv; a NULL peer is collInvalidArgument.
+ * Thread safety: as collRecv.
+ */
+COLL_API collResult_t collRecvAny(void *recvbuff, size_t count, collDataType_t datatype,
+                                  int *peer, collComm_t comm, collStream_t stream);
+
+/*
  * collGroupStart / collGroupEnd: between them, collSend, collRecv, collAllToAll,
  * collGather, collScatter and the collectives of the calling thread are queued
  * instead of run, and collGroupEnd issues them all: the sends and receives

@@ -673,6 +673,73 @@ static void test_bytes(struct launch_rank *lr)
     }
 }
 
+/* Receives from any source: each rank in turn is the sink; every other rank sends it
+ * three messages of `bytes` (its rank and the message's number in the bytes), and the
+ * sink takes them all with collRecvAny, every other one on a stream: each sender's
+ * messages arrive whole and in the order sent, and the rank it is told is the
+ * sender's.  Then one from any source and one from a given rank in a row. */
+static void test_any_source(struct launch_rank *lr, size_t bytes)
+{
+    int n = lr->nranks, r = lr->rank;
+    collComm_t c = lr->comm;
+    if (n == 1)
+        return;
+    enum { K = 3 };
+    uint8_t *buf = alloc_guarded(lr, bytes);
+    int *next = calloc((size_t)n, sizeof(int));
+    collStream_t s = NULL;
+    MUST(lr, collStreamCreate(&s));
+    for (int sink = 0; sink < n && !lr->failures; sink++) {
+        if (r != sink) {
+            for (int k = 0; k < K; k++) {
+                fill(buf, bytes, r, sink, 90 + k);
+                MUST(lr, collSend(buf, bytes, collUint8, sink, c, NULL));
+            }
+        } else {
+            memset(next, 0, (size_t)n * sizeof(int));
+            for (int m = 0; m < (n - 1) * K && !lr->failures; m++) {
+                int src = -5;
+                collStream_t use = m % 2 ? s : NULL;
+                MUST(lr, collRecvAny(buf, bytes, collUint8, &src, c, use));
+                if (use != NULL)
+                    MUST(lr, collStreamSynchronize(s));
+                LR_CHECK(lr, src >= 0 && src < n && src != r && next[src] < K,
+                         "collRecvAny #%d of %zu bytes said rank %d", m, bytes, src);
+                if (lr->failures)
+                    break;
+                long w = first_wrong(buf, bytes, src, sink, 90 + next[src]);
+                LR_CHECK(lr, w < 0, "collRecvAny #%d: message %d of rank %d (%zu bytes): byte "
+                         "%ld wrong", m, next[src], src, bytes, w);
+                next[src]++;
+            }
+            LR_CHECK(lr, guard_intact(buf, bytes), "collRecvAny: guard overwritten");
+        }
+        int32_t b = 0;
+        MUST(lr, collAllReduce(&b, &b, 1, collInt32, collSum, c, NULL));
+    }
+    /* A receive from any source, then one from a given rank: rank 1 sends two
+     * messages to rank 0, whose first receive takes the first. */
+    if (r == 1) {
+        fill(buf, bytes, 1, 0, 95);
+        MUST(lr, collSend(buf, bytes, collUint8, 0, c, NULL));
+        fill(buf, bytes, 1, 0, 96);
+        MUST(lr, collSend(buf, bytes, collUint8, 0, c, NULL));
+    } else if (r == 0) {
+        int src = -5;
+        MUST(lr, collRecvAny(buf, bytes, collUint8, &src, c, NULL));
+        LR_CHECK(lr, src == 1 && first_wrong(buf, bytes, 1, 0, 95) < 0,
+                 "collRecvAny then collRecv: the first gave rank %d", src);
+        MUST(lr, collRecv(buf, bytes, collUint8, 1, c, NULL));
+        LR_CHECK(lr, first_wrong(buf, bytes, 1, 0, 96) < 0,
+                 "collRecvAny then collRecv: the second message is wrong");
+    }
+    int32_t b = 0;
+    MUST(lr, collAllReduce(&b, &b, 1, collInt32, collSum, c, NULL));
+    MUST(lr, collStreamDestroy(s));
+    free(next);
+    free(buf);
+}
+
 static void want_error(struct launch_rank *lr, collResult_t got, collResult_t want,
                        const char *what, const char *word)
 {
@@ -710,6 +777,13 @@ static void test_refused(struct launch_rank *lr)
                "scatter root -1", "root");
     LR_CHECK_RES(lr, collSend(f, 4, collFloat, 0, NULL, NULL), collInvalidArgument, NULL);
     LR_CHECK_RES(lr, collGroupEnd(), collInvalidUsage, NULL);
+    want_error(lr, collRecvAny(f, 4, collFloat, NULL, c, NULL), collInvalidArgument,
+               "collRecvAny with peer NULL", "peer");
+    int from = -1;
+    MUST(lr, collGroupStart());
+    want_error(lr, collRecvAny(f, 4, collFloat, &from, c, NULL), collInvalidUsage,
+               "collRecvAny in a group", "group");
+    LR_CHECK_RES(lr, collGroupEnd(), collInvalidUsage, c);
     /* A refused call inside a group: collGroupEnd reports it and issues nothing. */
     int32_t v = 5, w = -1;
     MUST(lr, collGroupStart());
@@ -808,6 +882,8 @@ static void p2p_body(struct launch_rank *lr)
     test_two_comms(lr);
     test_group_timeout(lr);
     test_bytes(lr);
+    test_any_source(lr, 64);
+    test_any_source(lr, 1u << 20);
     test_refused(lr);
     test_mismatch(lr); /* last: it poisons the comm */
 }

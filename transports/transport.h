@@ -197,6 +197,12 @@ struct coll_transport {
      * for a given size, at multiples of 64 bytes. */
     collResult_t (*recv_peek)(struct coll_conn *c, size_t want, const void **p, size_t *len_p);
     void (*recv_release)(struct coll_conn *c);
+    /* Optional: copies into dst up to want bytes that have arrived on c and that no
+     * receive has taken yet, and takes nothing: a later receive gets them all the
+     * same.  *got_p is how many (0: nothing has arrived).  For a connection with no
+     * receive queued; a message's first want bytes must arrive together (a send of
+     * want bytes or fewer does).  What receives from any source look at. */
+    collResult_t (*recv_probe)(struct coll_conn *c, void *dst, size_t want, size_t *got_p);
     /* Makes any pending receive or send fail at once (abort, poisoning); safe to
      * call from another thread while the connection is in use. */
     void (*shutdown)(struct coll_conn *c);
@@ -213,6 +219,14 @@ static inline collResult_t coll_conn_isend(struct coll_conn *c, const void *buf,
                                            void *mh, unsigned flags, struct coll_req **r_p)
 {
     return c->tp->isend(c, buf, n, mh, flags, r_p);
+}
+
+/* The transport's recv_probe; a transport without one shows nothing. */
+static inline collResult_t coll_conn_recv_probe(struct coll_conn *c, void *dst, size_t want,
+                                                size_t *got_p)
+{
+    *got_p = 0;
+    return c->tp->recv_probe ? c->tp->recv_probe(c, dst, want, got_p) : collSuccess;
 }
 
 static inline collResult_t coll_conn_irecv(struct coll_conn *c, void *buf, size_t n, void *mh,

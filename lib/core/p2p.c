@@ -32,9 +32,18 @@
  * copied locally, the k-th send to itself into the k-th receive from itself.
  * A send whose buffer overlaps a receive of the same set (an in-place exchange)
  * is copied aside first, so its bytes are read before any receive writes.
+ *
+ * A receive from any source (collRecvAny, alone) first finds its sender: it looks
+ * at the receive connection of every other rank in turn for a message header that
+ * has arrived and that nothing has taken (the transport's recv_probe, which takes
+ * nothing), accepting the connections made meanwhile, and sleeps between rounds
+ * (50 us, doubling up to 1 ms) under the deadline, abort and poisoning.  The first
+ * rank whose header it sees becomes its peer, and it runs as a receive from that
+ * rank.
  */
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "engine.h"
 #include "exec.h"
@@ -269,6 +278,72 @@ static collResult_t p2p_connect(struct p2p_run *run)
     return collSuccess;
 }
 
+/* Sleeps between the rounds of a receive from any source: from this, doubling. */
+#define P2P_ANY_PAUSE_NS 50000
+#define P2P_ANY_PAUSE_MAX_NS 1000000
+
+/* The first rank whose message header has arrived at op's receive connections, as op's
+ * peer (a receive from any source).  Ranks are looked at from the one after this rank
+ * on, so that no rank's messages wait behind another's for ever. */
+static collResult_t p2p_find_sender(struct p2p_run *run, struct coll_p2p_op *op)
+{
+    struct coll_comm *comm = op->comm;
+    int64_t pause = P2P_ANY_PAUSE_NS;
+    for (;;) {
+        for (int k = 1; k < comm->nranks; k++) {
+            int peer = (comm->rank + k) % comm->nranks;
+            struct coll_conn *c = NULL;
+            /* Not waiting: the connection when it is there (accepting any that came). */
+            COLL_CHECK(coll_transport_wait_recv_conn(comm, peer, 0, &c));
+            if (c == NULL)
+                continue;
+            uint64_t hdr[2];
+            size_t got = 0;
+            collResult_t res = coll_conn_recv_probe(c, hdr, sizeof(hdr), &got);
+            if (res != collSuccess) {
+                coll_set_error(comm, "%s #%llu: the connection from rank %d failed while "
+                               "looking for a message from any rank (%s)", run->op_name,
+                               (unsigned long long)comm->seq, peer, coll_result_name(res));
+                coll_comm_blame(comm, peer);
+                coll_comm_poison(comm, res);
+                return res;
+            }
+            if (got == sizeof(hdr) && hdr[0] == P2P_MAGIC) {
+                op->peer = peer;
+                return collSuccess;
+            }
+        }
+        collResult_t res = (collResult_t)atomic_load(&comm->async_error);
+        if (res != collSuccess)
+            return res;
+        if (atomic_load(&comm->aborting)) {
+            coll_set_error(comm, "%s #%llu: communicator aborted", run->op_name,
+                           (unsigned long long)comm->seq);
+            coll_comm_poison(comm, collRemoteError);
+            return collRemoteError;
+        }
+        if (coll_now_ns() >= comm->deadline_ns) {
+            coll_set_error(comm, "%s #%llu: no message from any rank within %lld ms",
+                           run->op_name, (unsigned long long)comm->seq,
+                           (long long)comm->timeout_ms);
+            coll_comm_poison(comm, collTimeout);
+            return collTimeout;
+        }
+        struct timespec ts = {0, pause};
+        nanosleep(&ts, NULL);
+        pause = pause * 2 > P2P_ANY_PAUSE_MAX_NS ? P2P_ANY_PAUSE_MAX_NS : pause * 2;
+    }
+}
+
+/* Gives every receive from any source its sender. */
+static collResult_t p2p_find_senders(struct p2p_run *run)
+{
+    for (int i = 0; i < run->nops; i++)
+        if (run->ops[i].peer == COLL_P2P_ANY)
+            COLL_CHECK(p2p_find_sender(run, &run->ops[i]));
+    return collSuccess;
+}
+
 /* A received header: the sender's byte count must be what this receive expects. */
 static collResult_t p2p_check_header(struct p2p_run *run, struct coll_p2p_op *op)
 {
@@ -447,6 +522,8 @@ collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name
             res = coll_mismatch_check(comm, coll->func, &coll->a);
     }
     if (res == collSuccess)
+        res = p2p_find_senders(&run);
+    if (res == collSuccess)
         res = p2p_connect(&run);
     if (res == collSuccess) {
         p2p_self_copy(&run);
@@ -456,6 +533,9 @@ collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name
         if (res != collSuccess)
             p2p_abandon(&run, res);
     }
+    for (int i = 0; i < nops && res == collSuccess; i++)
+        if (ops[i].source != NULL)
+            *ops[i].source = ops[i].peer;
     for (int c = 0; c < run.ncomms; c++) {
         p2p_last_call(&run, &run.comms[c], coll, res);
         coll_flight_end(run.comms[c].comm, res);
@@ -525,6 +605,27 @@ static collResult_t p2p_check_stream(struct coll_comm *comm, const char *fn, col
     return coll_comm_check_usable(comm, fn);
 }
 
+/* One message outside a group: run now, or queued on its stream. */
+static collResult_t p2p_issue(struct coll_p2p_op op, const char *fn, collStream_t stream,
+                              bool dev)
+{
+    struct coll_comm *comm = op.comm;
+    collResult_t res;
+    if (stream == NULL && comm->blocking && !dev) {
+        coll_comm_enter(comm);
+        res = coll_p2p_run(&op, 1, fn, NULL);
+        coll_comm_leave(comm);
+        return res;
+    }
+    struct coll_work w = {.nops = 1, .name = fn, .device = dev};
+    if (coll_calloc(&w.ops, 1) != collSuccess) {
+        coll_set_error(comm, "%s: out of memory queueing the call on its stream", fn);
+        return collSystemError;
+    }
+    w.ops[0] = op;
+    return coll_work_issue(&w, stream);
+}
+
 /* A send or receive: queued in the open group, else run as a group of one. */
 static collResult_t p2p_call(bool is_send, void *buf, size_t count, collDataType_t datatype,
                              int peer, struct coll_comm *comm, collStream_t stream)
@@ -545,19 +646,7 @@ static collResult_t p2p_call(bool is_send, void *buf, size_t count, collDataType
                              .bytes = count * coll_dtype_size(datatype)};
     if (coll_group_active())
         return coll_group_queue_p2p(&op);
-    if (stream == NULL && comm->blocking && !dev) {
-        coll_comm_enter(comm);
-        res = coll_p2p_run(&op, 1, fn, NULL);
-        coll_comm_leave(comm);
-        return res;
-    }
-    struct coll_work w = {.nops = 1, .name = fn, .device = dev};
-    if (coll_calloc(&w.ops, 1) != collSuccess) {
-        coll_set_error(comm, "%s: out of memory queueing the call on its stream", fn);
-        return collSystemError;
-    }
-    w.ops[0] = op;
-    return coll_work_issue(&w, stream);
+    return p2p_issue(op, fn, stream, dev);
 }
 
 COLL_API collResult_t collSend(const void *sendbuff, size_t count, collDataType_t datatype,
@@ -570,6 +659,41 @@ COLL_API collResult_t collRecv(void *recvbuff, size_t count, collDataType_t data
                                collComm_t comm, collStream_t stream)
 {
     return p2p_call(false, recvbuff, count, datatype, peer, comm, stream);
+}
+
+COLL_API collResult_t collRecvAny(void *recvbuff, size_t count, collDataType_t datatype,
+                                  int *peer, collComm_t comm, collStream_t stream)
+{
+    const char *fn = "collRecvAny";
+    bool dev = false;
+    collResult_t res = p2p_check(comm, fn, "recvbuff", recvbuff, count, 1, 1, datatype, -2,
+                                 &dev);
+    if (res == collSuccess && peer == NULL) {
+        coll_set_error(comm, "%s: peer is NULL (it receives the rank the message came from)",
+                       fn);
+        res = collInvalidArgument;
+    }
+    if (res == collSuccess && dev) {
+        coll_set_error(comm, "%s: recvbuff is CUDA device memory; a receive from any source "
+                       "takes host buffers (collRecv takes device buffers)", fn);
+        res = collInvalidArgument;
+    }
+    if (res == collSuccess && coll_group_active()) {
+        coll_set_error(comm, "%s: not inside a group (collGroupStart / collGroupEnd): a "
+                       "receive from any source runs alone", fn);
+        res = collInvalidUsage;
+    }
+    if (res == collSuccess)
+        res = p2p_check_stream(comm, fn, stream, false);
+    if (res != collSuccess) {
+        if (coll_group_active())
+            coll_group_fail(res);
+        return res;
+    }
+    struct coll_p2p_op op = {.comm = comm, .peer = COLL_P2P_ANY, .source = peer,
+                             .is_send = false, .buf = recvbuff, .count = count,
+                             .dtype = datatype, .bytes = count * coll_dtype_size(datatype)};
+    return p2p_issue(op, fn, stream, false);
 }
 
 COLL_API collResult_t collAllToAll(const void *sendbuff, void *recvbuff, size_t count,

@@ -12,9 +12,13 @@
 
 /* One send or receive.  The public calls fill the first block; coll_p2p_run
  * owns the rest while it progresses the message. */
+/* The peer of a receive from any source (collRecvAny), until a message says who. */
+#define COLL_P2P_ANY (-1)
+
 struct coll_p2p_op {
     struct coll_comm *comm;
-    int peer;
+    int peer;               /* COLL_P2P_ANY: a receive from any source */
+    int *source;            /* collRecvAny: where the sender's rank goes once done */
     bool is_send;
     void *buf;              /* read for a send, written for a receive */
     size_t count;           /* elements, for messages */

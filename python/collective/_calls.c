@@ -585,6 +585,7 @@ static int plan_call(struct py_comm *c, const struct call_spec *sp, const struct
         pl->dtype = r->dtype;
         pl->result = in->recv;
         return 0;
+    case COLL_PY_RECV_ANY: /* raw() only */
     case COLL_PY_NFUNCS:
         break;
     }

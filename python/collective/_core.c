@@ -244,6 +244,8 @@ collResult_t coll_py_dispatch(enum coll_py_func f, const void *send, void *recv,
         return collSend(send, count, dtype, root, comm, stream);
     case COLL_PY_RECV:
         return collRecv(recv, count, dtype, root, comm, stream);
+    case COLL_PY_RECV_ANY:
+        return collRecvAny(recv, count, dtype, (int *)(uintptr_t)send, comm, stream);
     case COLL_PY_NFUNCS:
         break;
     }
@@ -837,8 +839,10 @@ PyDoc_STRVAR(raw_doc,
 "The pointer path: one library call on addresses.  func, dtype and op are the\n"
 "codes of FUNCS, DTYPES and OPS; addresses are ints (0 = NULL); count is in\n"
 "elements as the C call takes it; root_or_peer is the root of broadcast, reduce,\n"
-"gather and scatter, the peer of send and recv, ignored otherwise.  Raises Error\n"
-"subclasses with the C text.\n\n"
+"gather and scatter, the peer of send and recv, ignored otherwise.  recv_any\n"
+"(collRecvAny, a receive from any source) takes in send_addr the address of an int32\n"
+"that gets the sender's rank once the call is done.  Raises Error subclasses with\n"
+"the C text.\n\n"
 "stream is the C call's stream argument: None (NULL: host buffers block; device\n"
 "buffers go on CUDA's legacy default stream), a Stream (returns at once; the\n"
 "caller keeps the memory alive and untouched until the stream is synchronized), or\n"
@@ -1081,11 +1085,11 @@ static int constants_init(PyObject *m)
     static const int op_codes[] = {collSum, collProd, collMax, collMin, collAvg};
     static const char *const func_names[] = {"allreduce", "broadcast", "reduce", "allgather",
                                              "reduce_scatter", "alltoall", "gather", "scatter",
-                                             "send", "recv"};
+                                             "send", "recv", "recv_any"};
     static const int func_codes[] = {COLL_PY_ALLREDUCE, COLL_PY_BROADCAST, COLL_PY_REDUCE,
                                      COLL_PY_ALLGATHER, COLL_PY_REDUCE_SCATTER,
                                      COLL_PY_ALLTOALL, COLL_PY_GATHER, COLL_PY_SCATTER,
-                                     COLL_PY_SEND, COLL_PY_RECV};
+                                     COLL_PY_SEND, COLL_PY_RECV, COLL_PY_RECV_ANY};
     if (add_dict(m, "DTYPES", dtype_names, dtype_codes, 10) < 0 ||
         add_dict(m, "OPS", op_names, op_codes, 5) < 0 ||
         add_dict(m, "FUNCS", func_names, func_codes, COLL_PY_NFUNCS) < 0)

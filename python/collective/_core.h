@@ -30,6 +30,7 @@ enum coll_py_func {
     COLL_PY_SCATTER,
     COLL_PY_SEND,
     COLL_PY_RECV,
+    COLL_PY_RECV_ANY, /* raw() only: send_addr is the int32 that gets the sender's rank */
     COLL_PY_NFUNCS
 };
 

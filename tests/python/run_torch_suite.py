@@ -113,6 +113,7 @@ QUICK = [
     "test_scatter", "test_scatter_group",
     "test_barrier", "test_barrier_group",
     "test_send_recv", "test_isend", "test_irecv", "test_send_recv_with_tag",
+    "test_send_recv_any_source",
     "test_DistributedDataParallelCPU", "test_DistributedDataParallelCPU_grad_is_view",
     "test_ddp_logging_data_cpu", "test_static_graph_api_cpu",
 ]
@@ -125,6 +126,7 @@ SMOKE = [
     "test_get_backend", "test_destroy_group", "test_all_reduce_sum", "test_all_reduce_sum_async",
     "test_broadcast", "test_reduce_sum", "test_all_gather", "test_all_gather_object_default_pg",
     "test_gather", "test_scatter", "test_barrier", "test_send_recv", "test_irecv",
+    "test_send_recv_any_source",
     "test_DistributedDataParallelCPU",
 ]
 
@@ -172,8 +174,7 @@ def gpu_gate(fn):
 # What the backend does not do, told to the suite through DistTestCases.skip_collective
 # (the suite then skips those tests, as it does for NCCL).
 LACKS = {
-    # A receive names its source (the library's send/recv pair two given ranks).
-    "collective": ["sendrecv anysource"],
+    "collective": [],
 }
 
 # Expected failures (known limitations, or a test that does not apply), for which the

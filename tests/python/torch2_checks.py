@@ -15,7 +15,8 @@ and is skipped where it has not, saying so in the PASS line:
   - blocking calls run inline: the Work comes back completed;
   - sends and receives that cross: two ranks that each isend 4 MiB to the other before
     their irecv (loose, and in batch_isend_irecv) complete, which the library's blocking
-    sends could not do one by one;
+    sends could not do one by one; receives from any source (recv and irecv without
+    src, and the Work's source rank);
   - barrier with device_ids;
   - DeviceMesh and the functional collectives on it.
 """
@@ -232,6 +233,31 @@ def run_all(rank, n, gloo, same, refused, stats):
             dist.send(mine[:8], nxt)
         same(got[:8], torch.full((8,), float(prv)), "blocking send/recv")
         done.append("crossing p2p")
+
+    # -- receives from any source: every other rank sends to each rank in turn, which
+    #    takes the messages with dist.recv / irecv without src, and is told who sent ----
+    if n > 1:
+        for sink in range(n):
+            if rank == sink:
+                got = {}
+                for k in range(2 * (n - 1)):
+                    t = torch.full((5,), -1.0)
+                    if k % 2 == 0:
+                        src = dist.recv(t)
+                    else:
+                        w = dist.irecv(t)
+                        w.wait()
+                        src = w._source_rank()
+                    assert 0 <= src < n and src != rank, src
+                    same(t, torch.full((5,), float(src * 10 + got.get(src, 0))),
+                         f"recv from any source, message {k}")
+                    got[src] = got.get(src, 0) + 1
+                assert got == {p: 2 for p in range(n) if p != rank}, got
+            else:
+                for k in range(2):
+                    dist.send(torch.full((5,), float(rank * 10 + k)), sink)
+            dist.barrier()
+        done.append("recv from any source")
 
     # -- barrier with device_ids --------------------------------------------------------
     if int(torch.__version__.split(".")[0]) >= 2:  # 1.13 passes device_ids to NCCL only

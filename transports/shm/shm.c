@@ -1227,6 +1227,30 @@ static collResult_t shm_recv_peek(struct coll_conn *base, size_t want, const voi
     return collSuccess;
 }
 
+/* What has arrived and not been taken, copied out without taking it. */
+static collResult_t shm_recv_probe(struct coll_conn *base, void *dst, size_t want,
+                                   size_t *got_p)
+{
+    struct shm_conn *c = coll_container_of(base, struct shm_conn, base);
+    if (c->failed != collSuccess)
+        return c->failed;
+    if (c->head != c->tail)
+        return collSuccess; /* a receive is queued: what arrives is its */
+    const char *p;
+    size_t len;
+    bool gone = c->peer_gone;
+    enum coll_slot_look got = coll_slot_ring_look(&c->rx, want, &p, &len);
+    if (got == COLL_SLOT_BAD)
+        shm_bad_slot(c, len);
+    if (c->failed != collSuccess)
+        return c->failed;
+    if (got != COLL_SLOT_DATA)
+        return shm_check_alive(c, false, gone);
+    memcpy(dst, p, len);
+    *got_p = len;
+    return collSuccess;
+}
+
 static void shm_recv_release(struct coll_conn *base)
 {
     struct shm_conn *c = coll_container_of(base, struct shm_conn, base);
@@ -1308,6 +1332,7 @@ const struct coll_transport coll_shm_transport = {
     .test = shm_test,
     .wait_prepare = shm_wait_prepare,
     .recv_peek = shm_recv_peek,
+    .recv_probe = shm_recv_probe,
     .recv_release = shm_recv_release,
     .shutdown = shm_shutdown,
     .close = shm_close,

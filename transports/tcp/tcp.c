@@ -411,6 +411,38 @@ static collResult_t tcp_irecv(struct coll_conn *c, void *buf, size_t n, void *mh
     return tcp_post(c, buf, n, false, r_p);
 }
 
+/* What has arrived and not been taken, copied out without taking it: the kernel's
+ * bytes on socket 0, where a message of fewer than nsocks x TCP_MIN_PART bytes
+ * travels whole and where every message starts. */
+static collResult_t tcp_recv_probe(struct coll_conn *base, void *dst, size_t want,
+                                   size_t *got_p)
+{
+    struct tcp_conn *c = coll_container_of(base, struct tcp_conn, base);
+    if (c->failed != collSuccess)
+        return c->failed;
+    if (c->head != c->tail)
+        return collSuccess; /* a receive is queued: what arrives is its */
+    for (;;) {
+        ssize_t k = recv(base->fds[0], dst, want, MSG_PEEK | MSG_DONTWAIT);
+        if (k > 0) {
+            *got_p = (size_t)k;
+            return collSuccess;
+        }
+        if (k == 0) { /* the peer closed */
+            base->err_no = 0;
+            c->failed = collRemoteError;
+            return c->failed;
+        }
+        if (errno == EAGAIN || errno == EWOULDBLOCK)
+            return collSuccess;
+        if (errno != EINTR) {
+            base->err_no = errno;
+            c->failed = errno == ECONNRESET ? collRemoteError : collSystemError;
+            return c->failed;
+        }
+    }
+}
+
 static collResult_t tcp_test(struct coll_req *rbase, bool *done_p, size_t *n_p)
 {
     struct tcp_req *r = coll_container_of(rbase, struct tcp_req, base);
@@ -509,6 +541,7 @@ const struct coll_transport coll_tcp_transport = {
     .accept = tcp_accept,
     .isend = tcp_isend,
     .irecv = tcp_irecv,
+    .recv_probe = tcp_recv_probe,
     .test = tcp_test,
     .wait_prepare = tcp_wait_prepare,
     .shutdown = tcp_shutdown,

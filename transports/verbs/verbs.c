@@ -1200,6 +1200,36 @@ static collResult_t verbs_recv_peek(struct coll_conn *base, size_t want, const v
     return collSuccess;
 }
 
+/* What has arrived and not been taken, copied out without taking it: the slot in
+ * front, once the completion queue is read.  A rendezvous announcement in front is
+ * a message of its own kind, shown as nothing (a receive will take it). */
+static collResult_t verbs_recv_probe(struct coll_conn *base, void *dst, size_t want,
+                                     size_t *got_p)
+{
+    struct verbs_conn *c = coll_container_of(base, struct verbs_conn, base);
+    if (c->failed != collSuccess)
+        return c->failed;
+    if (c->head != c->tail)
+        return collSuccess; /* a receive is queued: what arrives is its */
+    bool gone = c->peer_gone;
+    bool moved = false;
+    if (!verbs_poll(c, &moved))
+        return c->failed;
+    const char *p;
+    size_t len;
+    enum coll_slot_look got = coll_slot_ring_look(&c->rx, want, &p, &len);
+    if (got == COLL_SLOT_BAD) {
+        verbs_bad_slot(c, len);
+        return c->failed;
+    }
+    if (got == COLL_SLOT_DATA) {
+        memcpy(dst, p, len);
+        *got_p = len;
+        return collSuccess;
+    }
+    return got == COLL_SLOT_MARKED ? collSuccess : verbs_check_alive(c, moved, gone);
+}
+
 static void verbs_recv_release(struct coll_conn *base)
 {
     struct verbs_conn *c = coll_container_of(base, struct verbs_conn, base);
@@ -1264,6 +1294,7 @@ const struct coll_transport coll_verbs_transport = {
     .test = verbs_test,
     .wait_prepare = verbs_wait_prepare,
     .recv_peek = verbs_recv_peek,
+    .recv_probe = verbs_recv_probe,
     .recv_release = verbs_recv_release,
     .shutdown = verbs_shutdown,
     .close = verbs_close,

@@ -25,6 +25,7 @@ _F_REDUCE = FUNC["reduce"]
 _F_ALLGATHER = FUNC["allgather"]
 _F_REDUCE_SCATTER = FUNC["reduce_scatter"]
 _F_ALLTOALL = FUNC["alltoall"]
+_F_RECV_ANY = FUNC["recv_any"]
 _OPT = torch._C._distributed_c10d
 
 
@@ -577,7 +578,25 @@ class Calls:
         return self._p2p("recv", tensors, srcRank, tag)
 
     def recv_anysource(self, tensors, tag=0):
-        raise fail("recv from any source is not supported: pass src= to recv/irecv")
+        """A receive from whichever rank sends first (collRecvAny), after the sends and
+        receives batched before it; the Work's source_rank() says who sent, once done.
+        Tags are not matched, as for recv."""
+        call = "recv_anysource"
+        t = one(tensors, "tensors", call)
+        if t.is_cuda:
+            raise fail(f"{call}: tensor is on {t.device}; a receive from any source takes "
+                       f"CPU tensors (recv with src= takes CUDA tensors)")
+        d = Dst(t)
+        buf = d.buf
+        source = torch.full((1,), -1, dtype=torch.int32)
+        comm, count, dt = self._comm, buf.numel(), DTYPE[t.dtype]
+
+        def launch(s):
+            comm.raw(_F_RECV_ANY, source.data_ptr(), buf.data_ptr(), count, dt, 0, 0, s)
+
+        work = self._run(call, launch, [t], copy_back([d]), (buf, source))
+        work._source = source
+        return self._out(work)
 
     # Coalescing (batch_isend_irecv, torch's _coalescing_manager): the calls between start
     # and end run as they come, their sends and receives as one group at the end, and the

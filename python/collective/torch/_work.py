@@ -77,6 +77,7 @@ class Work(_TorchWork):
         self._batched = False   # a send or receive not yet issued
         self._stream_event = None  # CUDA calls: the event after the call on its stream
         self._followers = None  # Works that complete with this one (coalescing windows)
+        self._source = None     # receives from any source: the sender's rank, once done
 
     # -- completion (the completion thread, or the issuing thread for inline calls) --------
     def _finish(self, error):
@@ -171,7 +172,12 @@ class Work(_TorchWork):
             self._stream_event.synchronize()
 
     def source_rank(self):
-        raise fail("source_rank() is only defined for receives from any source")
+        """The rank a receive from any source (recv_anysource) got its message from."""
+        if self._source is None:
+            raise fail(f"{self._call}: source_rank() is only defined for receives from any "
+                       f"source")
+        self.wait()
+        return int(self._source.item())
 
     _source_rank = source_rank
 
