@@ -160,20 +160,26 @@ static inline int launch_dev_shm_leftovers(void)
     return n;
 }
 
+/* A port for the rendezvous that can be bound now: drawn at random from 61000-65535, above
+ * the kernel's ephemeral ports, so that no socket's connection is given it before rank 0
+ * listens (as collrun draws its own). */
 static inline int launch_free_port(void)
 {
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int port = -1;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_ANY)};
+    unsigned seed = (unsigned)getpid() ^ (unsigned)time(NULL) ^ (unsigned)clock();
 
-    if (fd < 0)
-        return -1;
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 &&
-        getsockname(fd, (struct sockaddr *)&sa, &len) == 0)
-        port = ntohs(sa.sin_port);
-    close(fd);
-    return port;
+    for (int tries = 0; tries < 64; tries++) {
+        int port = 61000 + (int)(rand_r(&seed) % 4536);
+        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+            return -1;
+        sa.sin_port = htons((uint16_t)port);
+        bool ok = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0;
+        close(fd);
+        if (ok)
+            return port;
+    }
+    return -1;
 }
 
 /* Parses the value of --threads; exits with a message when it is not 1..1024. */

@@ -118,6 +118,10 @@ done
 ids=$(sed -n 's/^\[[0-9]\] COLL_COMM_ID=//p' "$TMP/out" | sort | uniq -c | tr -s ' ')
 check "one COLL_COMM_ID 127.0.0.1:PORT for all ranks ($ids)" \
     grep -qxE ' ?4 127\.0\.0\.1:[0-9]+' <<<"$ids"
+# Outside the kernel's ephemeral ports, which another socket's connection could take
+# between collrun's choice and rank 0's listen (a sweep once failed on that).
+port=${ids##*:}
+check "the port is one of 61000-65535 ($port)" test "$port" -ge 61000 -a "$port" -le 65535
 secrets=$(sed -n 's/^\[[0-9]\] COLL_SECRET=//p' "$TMP/out" | sort | uniq -c | tr -s ' ')
 check "one COLL_SECRET of 32 hex digits for all ranks" grep -qxE ' ?4 [0-9a-f]{32}' <<<"$secrets"
 first_secret=$secrets

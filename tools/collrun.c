@@ -8,11 +8,10 @@
  *                             run directory" below; tools/job_status.c)
  *
  * Steps:
- *   1. Pick the rendezvous and a random 128-bit secret.  With every rank on this host: a
- *      free TCP port on 127.0.0.1 (bind port 0, read it back, close it).  With ranks on
- *      other hosts: rank 0's host name and a random port in 61000-65535 (or --port, or
- *      COLL_COMM_ID as given), since collrun cannot try a port on another host.  Rank 0 of
- *      the library listens there.
+ *   1. Pick the rendezvous and a random 128-bit secret: rank 0's host (127.0.0.1 with
+ *      every rank on this host) and a random port in 61000-65535, above the kernel's
+ *      ephemeral ports, tried first when rank 0 runs here (or --port, or COLL_COMM_ID as
+ *      given).  Rank 0 of the library listens there.
  *   2. Start each rank with COLL_RANK, COLL_NRANKS, COLL_COMM_ID, COLL_SECRET,
  *      COLL_LOCAL_RANK and COLL_LOCAL_SIZE set, bound to its CPUs (--bind).  A rank on this
  *      host is forked and exec'd.  A rank on another host is started through the remote
@@ -118,9 +117,9 @@
 #define RUN_WRITE_CHUNK 4096
 
 #define RUN_HOST_MAX 255 /* longest host name in --hosts */
-/* With ranks on other hosts the rendezvous port is drawn from here: above Linux's default
- * range of ephemeral ports (32768-60999), so that the kernel does not give it to one of
- * the library's own sockets in the meantime. */
+/* The rendezvous port is drawn from here: above Linux's default range of ephemeral ports
+ * (32768-60999), so that the kernel does not give it to another socket's connection (the
+ * library's own, another job's) in the meantime. */
 #define RUN_PORT_LOW 61000
 #define RUN_PORT_HIGH 65535
 #define RUN_PORT_TRIES 32
@@ -1123,28 +1122,6 @@ err_close:
     return RUN_EXIT_INTERNAL;
 }
 
-/* Finds a port that is free right now.  The socket is closed before the ranks start, so
- * another program could take the port in between; rank 0 then fails to listen, loudly. */
-static int run_free_port(int *port_p)
-{
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = 0};
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof addr;
-    if (bind(fd, (struct sockaddr *)&addr, sizeof addr) != 0 ||
-        getsockname(fd, (struct sockaddr *)&addr, &len) != 0) {
-        int e = errno;
-        close(fd);
-        errno = e;
-        return -1;
-    }
-    close(fd);
-    *port_p = ntohs(addr.sin_port);
-    return 0;
-}
-
 /* True when port can be bound on every IPv4 address of this host right now. */
 static bool run_port_free(int port)
 {
@@ -1188,10 +1165,13 @@ static int run_random(unsigned char *p, size_t n)
     return done == n ? 0 : -1;
 }
 
-/* COLL_COMM_ID for the ranks.  Every rank on this host: 127.0.0.1 and a free port.  With
- * other hosts: rank 0's host as named in --hosts (this host's name when it was named
- * localhost) and a random port of RUN_PORT_LOW-RUN_PORT_HIGH, tried first when rank 0
- * runs here; or COLL_COMM_ID as collrun was given it. */
+/* COLL_COMM_ID for the ranks: rank 0's host (127.0.0.1 with every rank on this host;
+ * otherwise as named in --hosts, this host's name when it was named localhost) and a
+ * random port of RUN_PORT_LOW-RUN_PORT_HIGH, above the kernel's range of ephemeral ports,
+ * so that no other socket's connection is given it between this choice and rank 0's
+ * listen (a port the kernel hands out, free when collrun looked, could be); a port that
+ * can be bound now when rank 0 runs here.  Or --port, or COLL_COMM_ID as collrun was
+ * given it. */
 static int run_choose_comm_id(struct run_state *st)
 {
     const char *given = st->multi ? coll_env_get("COLL_COMM_ID") : NULL;
@@ -1205,17 +1185,13 @@ static int run_choose_comm_id(struct run_state *st)
         snprintf(st->comm_id, sizeof st->comm_id, "%s", given);
         return 0;
     }
-    if (!st->any_remote) {
-        if (port == 0 && run_free_port(&port) != 0) {
-            fprintf(stderr, "collrun: cannot find a free port on 127.0.0.1: %s\n",
-                    strerror(errno));
-            return -1;
-        }
-        snprintf(st->comm_id, sizeof st->comm_id, "127.0.0.1:%d", port);
-        return 0;
+    const char *addr = "127.0.0.1";
+    bool local = true;
+    if (st->any_remote) {
+        const struct run_host *h0 = &st->hosts[st->ranks[0].host];
+        addr = h0->local && run_is_loopback_name(h0->addr) ? st->hostname : h0->addr;
+        local = h0->local;
     }
-    const struct run_host *h0 = &st->hosts[st->ranks[0].host];
-    const char *addr = h0->local && run_is_loopback_name(h0->addr) ? st->hostname : h0->addr;
     for (int tries = 0; port == 0; tries++) {
         uint16_t r;
         if (run_random((unsigned char *)&r, sizeof r) != 0) {
@@ -1223,7 +1199,7 @@ static int run_choose_comm_id(struct run_state *st)
             return -1;
         }
         int p = RUN_PORT_LOW + r % (RUN_PORT_HIGH - RUN_PORT_LOW + 1);
-        if (!h0->local || tries == RUN_PORT_TRIES - 1 || run_port_free(p))
+        if (!local || tries == RUN_PORT_TRIES - 1 || run_port_free(p))
             port = p;
     }
     snprintf(st->comm_id, sizeof st->comm_id, strchr(addr, ':') != NULL ? "[%s]:%d" : "%s:%d",
@@ -1988,8 +1964,8 @@ static void run_help(FILE *f)
             "                split at blanks)\n"
             "  --map MODE    block (default): fill each host in turn; rr: one rank per host\n"
             "                in turn\n"
-            "  --port P      port of rank 0's rendezvous (default: a free one on this host;\n"
-            "                with other hosts a random one of %d-%d)\n"
+            "  --port P      port of rank 0's rendezvous (default: a random one of %d-%d,\n"
+            "                free now when rank 0 runs on this host)\n"
             "  --bind MODE   none, core (one core per rank, in turn) or numa (one NUMA node\n"
             "                per rank, in turn); default: core when a host's ranks fit its\n"
             "                cores, none otherwise\n"

@@ -28,18 +28,11 @@ torch is missing, or (--mode fsdp) has no FSDP2.
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 KILL_STEP = 3
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def launch(argv):
@@ -221,6 +214,7 @@ if __name__ == "__main__":
         sys.exit(worker(int(r), int(size), int(p), float(t),
                         sys.argv[6] if len(sys.argv) > 6 else "ddp"))
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from torch_launch import free_port
     from torch_python import reexec
 
     sys.exit(launch(reexec(sys.argv)[1:]))

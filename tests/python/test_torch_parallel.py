@@ -39,7 +39,6 @@ them together at the end, then PASS or FAIL.  The kill test is test_torch_kill.p
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -55,12 +54,6 @@ STEPS, STEPS_FULL = 4, 12
 
 # ---------------------------------------------------------------------------------------
 # The launcher.
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 # What the test needs of torch: (what, file under torch/, text the file must hold).
@@ -443,6 +436,7 @@ if __name__ == "__main__":
         sys.exit(run_worker(worker))
     else:
         sys.path.insert(0, HERE)
+        from torch_launch import free_port
         from torch_python import reexec  # --python PATH: run under that Python
 
         sys.exit(launch(reexec(sys.argv)[1:]))

@@ -11,6 +11,7 @@ any exception.  The test passes when torchrun exits 0 and every rank printed
 "PASS rank R of N: ...".
 """
 import os
+import random
 import re
 import socket
 import subprocess
@@ -22,9 +23,19 @@ WORKER_ENV = "COLL_TORCH_TEST_WORKER"
 
 
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port that can be bound now, drawn from 61000-65535: above the kernel's ephemeral
+    ports, so that no socket's connection is given it before torchrun listens there (as
+    collrun draws its own)."""
+    rng = random.SystemRandom()
+    for _ in range(64):
+        port = rng.randint(61000, 65535)
+        with socket.socket() as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                continue
+        return port
+    raise RuntimeError("no free port in 61000-65535")
 
 
 def torch_major():
