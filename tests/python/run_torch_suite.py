@@ -29,7 +29,8 @@ Options:
                        them (repeatable; a pattern without '*' matches a name exactly)
     --family NAME      run only this family (repeatable); --list shows each test's family
     --list             print the selected tests and exit
-    --start HOW        fork (the default) or spawn: how each test's processes start
+    --start HOW        fork (the default; spawn where torch sees a CUDA device) or
+                       spawn: how each test's processes start
     --timeout S        per-test limit (the suite's own default is 300 s; here 120)
     --gloo-gated       run only the tests the suite reserves for Gloo (see GLOO_GATED),
                        against the backend anyway: which of them it would pass
@@ -214,7 +215,7 @@ def classify(backend, records):
 
 # ---------------------------------------------------------------------------------------
 # The worker: imports the suite with BACKEND and WORLD_SIZE from the environment.  This
-# part also runs in every process the suite spawns (with --start spawn, they re-import this file).
+# part also runs in every process the suite starts (spawned ones re-import this file).
 
 def _import_suite():
     """Prepare the environment the suite expects, then import it.  Returns the module."""
@@ -303,18 +304,22 @@ def _unskipped(fn):
 
 if os.environ.get(WORKER_ENV):
     _dt = _import_suite()
+    # With a CUDA device torch has initialized CUDA here, which a forked child cannot
+    # use: the ranks are spawned then, as torch's runner does.
+    import torch as _torch
+    _CUDA = _torch.cuda.is_available()
 
     class TorchSuite(_dt.TestDistBackend, _dt.DistributedTest._DistTestBase):
         """The suite's tests, each run by WORLD_SIZE processes."""
 
         def setUp(self):
             super().setUp()
-            if os.environ.get("COLL_TORCH_SUITE_START") == "spawn":
+            if os.environ.get("COLL_TORCH_SUITE_START") == "spawn" or _CUDA:
                 self._spawn_processes()
             else:
                 # Forked: the suite, torch and the backend are imported once, here (no
-                # group, thread or CUDA context exists yet).  torch 2.x's test base has
-                # no fork method of its own; its process starter takes any Process.
+                # group or thread exists yet).  torch 2.x's test base has no fork method
+                # of its own; its process starter takes any Process.
                 import torch.multiprocessing as tmp
                 self._start_processes(tmp.get_context("fork").Process)
 
