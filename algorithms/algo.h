@@ -51,9 +51,13 @@ extern const struct coll_algo *const coll_algo_table[COLL_NALGOS];
  * a barrier) name the algorithm they need instead of asking the planner, whose
  * choices they must not move. */
 const struct coll_algo *coll_algo_find(const char *name);
-/* The element-wise max of every rank's n doubles (into all), by recursive
- * doubling: the agreements algorithms make at init and per call. */
+/* The element-wise max of every rank's n doubles (into all): the agreements
+ * algorithms make at init and per call. */
 collResult_t coll_algo_agree_max(struct coll_comm *comm, double *mine, double *all, size_t n);
+/* Every rank's `bytes` bytes, in rank order (into all): what ranks tell each
+ * other at init and per call. */
+collResult_t coll_algo_agree_gather(struct coll_comm *comm, const void *mine, void *all,
+                                    size_t bytes);
 const struct coll_algo *coll_algo_find_n(const char *name, size_t len);
 
 /* What an algorithm's run returns when, all ranks agreeing, it declines a call

@@ -180,8 +180,7 @@ static collResult_t direct_map_all(struct coll_comm *comm, const struct coll_arg
     /* Not the comm's scratch: recursive doubling uses that for itself. */
     struct direct_desc *all;
     COLL_CHECK(coll_calloc(&all, (size_t)n));
-    struct coll_args g = {&mine, all, sizeof(mine), collUint8, collSum, 0};
-    collResult_t res = coll_algo_find("rd")->run[COLL_FUNC_ALLGATHER](comm, &g);
+    collResult_t res = coll_algo_agree_gather(comm, &mine, all, sizeof(mine));
     bool all_ok = res == collSuccess;
     for (int p = 0; p < n && all_ok; p++)
         all_ok = all[p].ok != 0;
@@ -227,6 +226,7 @@ static collResult_t direct_allreduce(struct coll_comm *comm, const struct coll_a
         free(buf);
         return res != collSuccess ? res : COLL_ALGO_DECLINED;
     }
+    coll_flight_shared(comm); /* every rank's buffers, where they lie */
 
     /* 3. Segment r from every rank's input, own first, chunk by chunk. */
     size_t seg_off, seg_len;

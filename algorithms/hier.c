@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "algo.h"
+#include "flight.h"
 #include "group.h"
 #include "internal.h"
 #include "pattern.h"
@@ -56,6 +57,13 @@ static void hier_across_members(const struct coll_hosts *h, int seg, int *member
  * on its connections, while the ring across carries block t - 1 on its own, so
  * the network and the shared memory work at once (P + 2 phases; each block's
  * steps as in hier_allreduce below). */
+/* Each level of a hier call cuts its part of the buffer its own way, which a
+ * pair of numbers does not describe: the call records no cut (flight.h). */
+static void hier_cut_apart(struct coll_comm *comm)
+{
+    coll_flight_cut(comm, 0, 0);
+}
+
 static collResult_t hier_allreduce_blocks(struct coll_comm *comm, const struct coll_args *a,
                                           int P)
 {
@@ -116,6 +124,7 @@ static collResult_t hier_allreduce_blocks(struct coll_comm *comm, const struct c
 
 static collResult_t hier_allreduce(struct coll_comm *comm, const struct coll_args *a)
 {
+    hier_cut_apart(comm);
     const struct coll_hosts *h = &comm->hosts;
     int me = comm->rank, host = h->host[me];
     int L = h->start[host + 1] - h->start[host], C = h->min_local;
@@ -250,6 +259,7 @@ static collResult_t hier_comm_init(struct coll_comm *comm)
 
 static collResult_t hier_broadcast(struct coll_comm *comm, const struct coll_args *a)
 {
+    hier_cut_apart(comm);
     struct hier_view v = hier_view_of(comm);
     size_t bytes = a->count * coll_dtype_size(a->dtype);
     int root = a->root, me = comm->rank;
@@ -277,6 +287,7 @@ static collResult_t hier_broadcast(struct coll_comm *comm, const struct coll_arg
 
 static collResult_t hier_reduce(struct coll_comm *comm, const struct coll_args *a)
 {
+    hier_cut_apart(comm);
     struct hier_view v = hier_view_of(comm);
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
     int root = a->root, me = comm->rank, N = comm->nranks;
@@ -319,6 +330,7 @@ static collResult_t hier_reduce(struct coll_comm *comm, const struct coll_args *
 
 static collResult_t hier_allgather(struct coll_comm *comm, const struct coll_args *a)
 {
+    hier_cut_apart(comm);
     struct hier_view v = hier_view_of(comm);
     const struct coll_hosts *h = v.h;
     int N = comm->nranks, me = comm->rank;
@@ -371,6 +383,7 @@ static collResult_t hier_allgather(struct coll_comm *comm, const struct coll_arg
 
 static collResult_t hier_reduce_scatter(struct coll_comm *comm, const struct coll_args *a)
 {
+    hier_cut_apart(comm);
     struct hier_view v = hier_view_of(comm);
     const struct coll_hosts *h = v.h;
     int N = comm->nranks, me = comm->rank;

@@ -35,17 +35,18 @@
  * each other's segments, agree that all could, and time the protocol for the
  * planner: allreduces of 8 B and of LL_MAX_BYTES, the agreed largest medians,
  * between which the prediction goes in proportion to the bytes. */
-#include <poll.h>
-#include <sched.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 #include "algo.h"
-#include "bootstrap.h"
+#include "engine.h"
 #include "exec.h"
+#include "flight.h"
+#include "machine.h"
 #include "mem.h"
 #include "reduce.h"
 
@@ -80,73 +81,75 @@ struct ll_desc {
     int32_t ok, pid, fd, pad;
 };
 
-/* A failure heard of while waiting on peer: a notice on the bootstrap ring, or
- * that ring's link to peer itself closed (nothing else watches a rank that only
- * writes memory). */
-static collResult_t ll_failure_heard(struct coll_comm *comm, int peer)
-{
-    struct pollfd pf[2];
-    int nn = coll_bootstrap_notice_fds(comm, pf);
-    if (nn > 0 && poll(pf, (nfds_t)nn, 0) > 0)
-        COLL_CHECK(coll_bootstrap_notice_check(comm, pf, nn));
-    if (coll_bootstrap_gone_neighbour(comm) != peer)
-        return collSuccess;
-    coll_set_error(comm, "%s #%llu: rank %d left while this rank waited for its data in shared "
-                   "memory (ll)", comm->op_name, (unsigned long long)comm->seq, peer);
-    coll_comm_blame(comm, peer);
-    coll_comm_poison(comm, collRemoteError);
-    return collRemoteError;
-}
-
-/* Polls between looks at the call's state (poison, abort, deadline), after
- * LL_SPIN_FREE polls without any; a rank with a core of its own yields it every
- * LL_YIELD_EVERY polls only (a yield is a system call, and the line it waits for
- * may land during it), a rank that shares its core at every look. */
-#define LL_SPIN_FREE 256
-#define LL_LOOK_EVERY 64
-#define LL_YIELD_EVERY 1024
-
-/* Waits until line l carries call seq; the engine's errors on a deadline, an
- * abort, a failure heard of, or a poisoned comm. */
-static collResult_t ll_wait(struct coll_comm *comm, const struct ll_line *l, uint64_t seq,
-                            int peer)
-{
-    for (unsigned spins = 0;; spins++) {
-        if (atomic_load_explicit(&l->seq, memory_order_acquire) == seq)
-            return collSuccess;
-        if (spins < LL_SPIN_FREE || spins % LL_LOOK_EVERY != 0)
-            continue;
-        if (spins == LL_SPIN_FREE)
-            atomic_store_explicit(&comm->wait_peer, peer, memory_order_relaxed);
-        if (spins % LL_YIELD_EVERY == 0)
-            COLL_CHECK(ll_failure_heard(comm, peer));
-        collResult_t poisoned = (collResult_t)atomic_load(&comm->async_error);
-        if (poisoned != collSuccess)
-            return poisoned;
-        if (atomic_load(&comm->aborting)) {
-            coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
-                           (unsigned long long)comm->seq);
-            coll_comm_poison(comm, collRemoteError);
-            return collRemoteError;
-        }
-        int64_t now = coll_now_ns();
-        if (now >= comm->deadline_ns) {
-            coll_set_error(comm, "%s #%llu timed out after %lld ms, waiting for rank %d's "
-                           "data in shared memory (ll)", comm->op_name,
-                           (unsigned long long)comm->seq, (long long)comm->timeout_ms, peer);
-            coll_comm_blame(comm, peer);
-            coll_comm_poison(comm, collTimeout);
-            return collTimeout;
-        }
-        if (comm->oversubscribed || spins % LL_YIELD_EVERY == 0)
-            coll_exec_yield(comm, now);
-    }
-}
-
 /* Whose input a rank reads in ll_exchange: every rank's, none (it only waits
  * for every rank to arrive), or one rank's (a rank number). */
 #define LL_FROM_ALL (-1)
 #define LL_FROM_NONE (-2)
+
+/* The reads of one ll_exchange, as the engine's watch lane (engine.h): piece
+ * by piece the lines it waits for, rank by rank in rank order: of a rank whose
+ * input it reads, its lines first..last, each copied out once there; of any
+ * other, its first line alone (that it arrived).  This rank's own lines are
+ * there at once.  The engine polls ready() on the piece at `q`, `line`, under
+ * its deadline, abort and the failure notices (exec.c). */
+struct ll_read {
+    struct coll_comm *comm;
+    uint64_t seq;
+    size_t slot, from, take, first, last;
+    int src;
+    int q;                      /* the rank of the next piece, and its line */
+    size_t line;
+    const struct ll_line *l;    /* rank q's lines in the slot */
+};
+
+static bool ll_reads_data(const struct ll_read *x, int q)
+{
+    return x->take > 0 && (x->src == LL_FROM_ALL || x->src == q);
+}
+
+/* Points x at rank q's first piece. */
+static void ll_read_rank(struct ll_read *x, int q)
+{
+    x->q = q;
+    if (q < x->comm->nranks) {
+        x->l = (const struct ll_line *)(const void *)(x->comm->ll->peer[q] + x->slot);
+        x->line = ll_reads_data(x, q) ? x->first : 0;
+    }
+}
+
+static bool ll_read_ready(void *ctx, const struct coll_lane *l, size_t i)
+{
+    const struct ll_read *x = ctx;
+    (void)l;
+    (void)i;
+    return x->q == x->comm->rank ||
+           atomic_load_explicit(&x->l[x->line].seq, memory_order_acquire) == x->seq;
+}
+
+static collResult_t ll_read_done(void *ctx, struct coll_lane *l, size_t i, void *p)
+{
+    struct ll_read *x = ctx;
+    (void)i;
+    (void)p;
+    if (ll_reads_data(x, x->q)) {
+        size_t k = x->line, from = x->from, take = x->take;
+        unsigned char *dst = x->comm->ll->scratch;
+        if (x->src == LL_FROM_ALL)
+            dst += (size_t)x->q * take;
+        size_t lo = k * LL_DATA > from ? k * LL_DATA : from;
+        size_t hi = (k + 1) * LL_DATA < from + take ? (k + 1) * LL_DATA : from + take;
+        memcpy(dst + (lo - from), x->l[k].data + (lo - k * LL_DATA), hi - lo);
+        if (k < x->last) {
+            x->line++;
+            return collSuccess;
+        }
+    }
+    ll_read_rank(x, x->q + 1);
+    l->watch_peer = x->q; /* whom a failed wait names */
+    return collSuccess;
+}
+
+static const struct coll_sched_ops ll_read_ops = {.ready = ll_read_ready, .done = ll_read_done};
 
 /* Steps 1 and 2: writes `bytes` of in (no data: the first line alone says the
  * rank arrived), then copies `take` bytes from offset `from` of the input of
@@ -161,6 +164,7 @@ static collResult_t ll_exchange(struct coll_comm *comm, const void *in, size_t b
     struct coll_ll *ll = comm->ll;
     uint64_t seq = ++ll->seq;
     size_t slot = (size_t)(seq & 1) * LL_SLOT;
+    coll_flight_shared(comm); /* every peer's segment, not a connection */
     struct ll_line *mine = (struct ll_line *)(void *)(ll->own + slot);
     size_t lines = (bytes + LL_DATA - 1) / LL_DATA;
     for (size_t i = 0; i < lines; i++) {
@@ -170,26 +174,23 @@ static collResult_t ll_exchange(struct coll_comm *comm, const void *in, size_t b
     }
     if (lines == 0)
         atomic_store_explicit(&mine[0].seq, seq, memory_order_release);
-    size_t first = from / LL_DATA, last = take ? (from + take - 1) / LL_DATA : first;
+    struct ll_read x = {.comm = comm, .seq = seq, .slot = slot, .from = from, .take = take,
+                        .first = from / LL_DATA, .src = src};
+    x.last = take ? (from + take - 1) / LL_DATA : x.first;
+    size_t pieces = 0;
     uint64_t recvd = 0;
     for (int q = 0; q < comm->nranks; q++) {
-        const struct ll_line *l = (const struct ll_line *)(const void *)(ll->peer[q] + slot);
-        bool data = take > 0 && (src == LL_FROM_ALL || src == q);
-        if (!data) {
-            if (q != comm->rank)
-                COLL_CHECK(ll_wait(comm, &l[0], seq, q));
-            continue;
-        }
-        unsigned char *dst = ll->scratch + (src == LL_FROM_ALL ? (size_t)q * take : 0);
-        if (q != comm->rank)
+        bool data = ll_reads_data(&x, q);
+        pieces += data ? x.last - x.first + 1 : 1;
+        if (data && q != comm->rank)
             recvd += take;
-        for (size_t i = first; i <= last; i++) {
-            COLL_CHECK(ll_wait(comm, &l[i], seq, q));
-            size_t lo = i * LL_DATA > from ? i * LL_DATA : from;
-            size_t hi = (i + 1) * LL_DATA < from + take ? (i + 1) * LL_DATA : from + take;
-            memcpy(dst + (lo - from), l[i].data + (lo - i * LL_DATA), hi - lo);
-        }
     }
+    ll_read_rank(&x, 0);
+    struct coll_lane lane = {.watch = true, .watch_peer = comm->rank == 0 ? 1 : 0,
+                             .total = pieces};
+    struct coll_sched s = {.comm = comm, .ops = &ll_read_ops, .ctx = &x, .lanes = &lane,
+                           .nlanes = 1};
+    COLL_CHECK(coll_engine_run(&s));
     coll_comm_count_bytes(comm, sent, recvd);
     return collSuccess;
 }
@@ -388,8 +389,7 @@ static collResult_t ll_comm_init(struct coll_comm *comm)
     struct ll_desc *all;
     COLL_CHECK(coll_calloc(&all, (size_t)n));
     coll_exec_begin(comm, "init (ll segments)");
-    struct coll_args ga = {&me, all, sizeof(me), collUint8, collSum, 0};
-    collResult_t res = coll_algo_find("rd")->run[COLL_FUNC_ALLGATHER](comm, &ga);
+    collResult_t res = coll_algo_agree_gather(comm, &me, all, sizeof(me));
     double fail = 0, any_fail = 0;
     if (res == collSuccess && (coll_calloc(&ll->peer, (size_t)n) != collSuccess ||
                                coll_calloc(&ll->scratch, (size_t)n * LL_MAX_BYTES) != collSuccess))
@@ -411,15 +411,23 @@ static collResult_t ll_comm_init(struct coll_comm *comm)
     }
     ll->on = true;
     /* The planner's figures: the agreed largest medians of timed allreduces of
-     * 8 B and of LL_MAX_BYTES. */
+     * 8 B and of LL_MAX_BYTES, measured once per process for each number of
+     * ranks (machine.h). */
+    char key[COLL_MACHINE_KEY_MAX];
+    snprintf(key, sizeof(key), "ll:%d", n);
     double mine[2], agreed[2];
-    COLL_CHECK(ll_probe(comm, 1, &mine[0]));
-    COLL_CHECK(ll_probe(comm, LL_MAX_BYTES / sizeof(double), &mine[1]));
-    COLL_CHECK(coll_algo_agree_max(comm, mine, agreed, 2));
+    bool have;
+    COLL_CHECK(coll_machine_agree(comm, key, agreed, 2, &have));
+    if (!have) {
+        COLL_CHECK(ll_probe(comm, 1, &mine[0]));
+        COLL_CHECK(ll_probe(comm, LL_MAX_BYTES / sizeof(double), &mine[1]));
+        COLL_CHECK(coll_algo_agree_max(comm, mine, agreed, 2));
+        coll_machine_put(key, agreed, 2);
+    }
     ll->alpha_us = agreed[0];
     ll->full_us = agreed[1];
-    COLL_INFO(COLL_SUBSYS_ALGO, "ll: %.2f us for 8 B, %.2f us for %d B", ll->alpha_us,
-              ll->full_us, LL_MAX_BYTES);
+    COLL_INFO(COLL_SUBSYS_ALGO, "ll: %.2f us for 8 B, %.2f us for %d B%s", ll->alpha_us,
+              ll->full_us, LL_MAX_BYTES, have ? " (the process's, measured before)" : "");
     return collSuccess;
 }
 

@@ -377,7 +377,11 @@ static collResult_t naive_exchange(struct naive_run *x)
         }
     struct coll_sched sched = {.comm = comm, .ops = naive_sched_ops(x), .ctx = x,
                                .lanes = x->lanes, .nlanes = 2 * x->nlinks,
-                               .piece_bytes = x->slot_bytes, .last = true};
+                               .piece_bytes = x->slot_bytes, .last = true,
+                               /* each block in kb slices */
+                               .cut_bytes = x->kb ? (x->a->count + x->kb - 1) / x->kb * x->esize
+                                                  : 0,
+                               .cut_pieces = x->nslices};
     res = coll_engine_run(&sched);
 out_lanes:
     if (x->lanes != stack_lanes)

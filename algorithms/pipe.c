@@ -72,8 +72,8 @@ collResult_t coll_pipes_run(struct coll_pipe *ps, int n)
     if (n < 1 || n > COLL_PIPES_MAX)
         return collInternalError;
     struct pipe_run x = {.p = ps, .lane = lanes};
-    bool consume = false, last = false;
-    size_t piece = 0;
+    bool consume = false, last = false, defer = true;
+    size_t piece = 0, cut_bytes = 0, cut_pieces = 0;
     for (int k = 0; k < n; k++) {
         struct coll_pipe *p = &ps[k];
         size_t window = p->window < 1 ? 1 : p->window;
@@ -101,11 +101,15 @@ collResult_t coll_pipes_run(struct coll_pipe *ps, int n)
         }
         consume = consume || p->consume != NULL;
         last = last || p->last;
+        defer = defer && p->defer;
+        cut_pieces += p->cut_pieces;
+        cut_bytes = p->cut_bytes > cut_bytes ? p->cut_bytes : cut_bytes;
         piece = p->piece_bytes > piece ? p->piece_bytes : piece;
     }
     struct coll_sched s = {.comm = ps[0].comm, .ops = consume ? &pipe_ops_consume : &pipe_ops,
                            .ctx = &x, .lanes = lanes, .nlanes = 2 * n, .piece_bytes = piece,
-                           .last = last};
+                           .last = last, .defer = defer, .cut_bytes = cut_bytes,
+                           .cut_pieces = cut_pieces};
     return coll_engine_run(&s);
 }
 

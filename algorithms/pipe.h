@@ -45,6 +45,13 @@ struct coll_pipe {
      * from src straight into the output), saving a copy.  Without it such bytes
      * are copied into recv_buf's buffer and processed as usual. */
     void (*consume)(void *ctx, size_t i, size_t off, const void *src, size_t len);
+    /* process and consume may run on the comm's step runner (engine.h), later
+     * and in any order against each other: the pieces of a window reduce into
+     * bytes apart.  A piece counts as processed once its work is done. */
+    bool defer;
+    /* How the call's buffer is cut (coll_sched.cut_*): the largest piece and
+     * their number; 0 when this pipe does not say. */
+    size_t cut_bytes, cut_pieces;
     /* Optional: the user buffers that pieces are sent from and received into
      * (send_reg_bytes / recv_reg_bytes bytes).  Pieces inside them go to the
      * transport with its handle for them (regcache.h), when it has one, so it

@@ -265,12 +265,20 @@ static collResult_t ring_run(struct ring_ctx *x, int nsteps, void *reg, size_t r
                           .send_after_recv = true, .send_lag = x->G, .recv_lag = x->G,
                           .window = x->slots ? x->nslots : 8, .ctx = x,
                           .send_buf = ring_send_buf, .recv_buf = ring_recv_buf,
-                          .process = ring_process, .consume = ring_consume,
+                          .process = ring_process, .consume = ring_consume, .defer = true,
                           .send_reg = reg, .send_reg_bytes = reg_bytes, .recv_reg = reg,
                           .recv_reg_bytes = reg_bytes};
     size_t off0, len0;
     ring_seg(x, 0, &off0, &len0);
     p.piece_bytes = ring_slice_bytes(x, len0);
+    /* The cut: K slices of each segment (a segment shorter than K elements has
+     * one per element). */
+    p.cut_bytes = p.piece_bytes;
+    for (int j = 0; j < (x->blocks ? x->n : x->nsegs); j++) {
+        size_t off, len;
+        ring_seg(x, j, &off, &len);
+        p.cut_pieces += len < x->K ? len : x->K;
+    }
     COLL_CHECK(ring_conns(x, &p.send_conn, &p.recv_conn));
     return coll_pipe_run(&p);
 }
@@ -461,7 +469,8 @@ static collResult_t ring_allreduce_pair(struct coll_comm *comm, const struct col
                           .send_lag = (size_t)comm->depth,
                           .recv_after_send = true, .window = 8,
                           .piece_bytes = slice_bytes, .ctx = &x, .send_buf = pair_send_buf,
-                          .recv_buf = pair_recv_buf, .consume = pair_consume};
+                          .recv_buf = pair_recv_buf, .consume = pair_consume, .defer = true,
+                          .cut_bytes = slice_bytes, .cut_pieces = K};
     return coll_pipe_run(&p);
 }
 
@@ -764,6 +773,7 @@ static collResult_t ring_broadcast(struct coll_comm *comm, const struct coll_arg
                           .window = 8, .ctx = &x, .send_buf = bcast_send_buf,
                           .recv_buf = bcast_recv_buf,
                           .piece_bytes = (a->count + x.K - 1) / x.K * esize,
+                          .cut_bytes = (a->count + x.K - 1) / x.K * esize, .cut_pieces = x.K,
                           /* Pieces land in the output as they are. */
                           .send_reg = x.is_root ? a->sendbuf : a->recvbuf,
                           .send_reg_bytes = bytes, .recv_reg = a->recvbuf,
@@ -835,7 +845,8 @@ static collResult_t ring_reduce(struct coll_comm *comm, const struct coll_args *
                           .send_lag = 0, .recv_lag = is_root ? 0 : x.nslots,
                           .window = x.nslots, .ctx = &x, .send_buf = reduce_send_buf,
                           .recv_buf = reduce_recv_buf, .process = reduce_process,
-                          .piece_bytes = x.slot_bytes};
+                          .piece_bytes = x.slot_bytes, .cut_bytes = x.slot_bytes,
+                          .cut_pieces = x.K};
     int prev, next;
     coll_ring_neighbors(place[comm->rank], n, &prev, &next);
     if (!is_root)

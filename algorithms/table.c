@@ -37,8 +37,25 @@ const struct coll_algo *coll_algo_find(const char *name)
     return coll_algo_find_n(name, strlen(name));
 }
 
+/* While the comm is being made, agreements go around the ring, over the
+ * connections init made, so that a communicator nobody calls recursive
+ * doubling on never connects its partners (each a pair of shared-memory
+ * segments, reserved: most of a split's cost); afterwards by recursive
+ * doubling, in log2 n rounds.  Every rank is in the same state. */
+static const struct coll_algo *agree_algo(const struct coll_comm *comm)
+{
+    return coll_algo_find(comm->boot_watch ? "rd" : "ring");
+}
+
 collResult_t coll_algo_agree_max(struct coll_comm *comm, double *mine, double *all, size_t n)
 {
     struct coll_args a = {mine, all, n, collDouble, collMax, 0};
-    return coll_algo_find("rd")->run[COLL_FUNC_ALLREDUCE](comm, &a);
+    return agree_algo(comm)->run[COLL_FUNC_ALLREDUCE](comm, &a);
+}
+
+collResult_t coll_algo_agree_gather(struct coll_comm *comm, const void *mine, void *all,
+                                    size_t bytes)
+{
+    struct coll_args a = {mine, all, bytes, collUint8, collSum, 0};
+    return agree_algo(comm)->run[COLL_FUNC_ALLGATHER](comm, &a);
 }

@@ -378,7 +378,9 @@ static collResult_t tree_execute(struct tree_run *x)
                                                    &x->elane[k].conn));
     struct coll_sched sched = {.comm = comm, .ops = &tree_ops, .ctx = x, .lanes = x->elane,
                                .nlanes = x->nlanes, .piece_bytes = x->slot_bytes,
-                               .last = true};
+                               .last = true, .cut_bytes = x->slot_bytes};
+    for (int s = 0; s < x->ns; s++) /* each stream's part in K slices */
+        sched.cut_pieces += x->st[s].K;
     return coll_engine_run(&sched);
 }
 

@@ -30,6 +30,14 @@
  *                              killed 300 ms into its init while ranks 1 and 2
  *                              register; rank 3 starts its init only after the
  *                              death.  Every init fails naming the root
+ *   kill-stream  rank 2  10 s  rounds of three 8 MiB allreduces issued at once on a
+ *                              stream (buffers apart: they run in flight together),
+ *                              then one synchronize; rank 2 dies 300 ms into the
+ *                              second round, before it issues any of it, while the
+ *                              others have its three calls in flight.  Each
+ *                              survivor's synchronize fails naming rank 2, and its
+ *                              flight recorder shows all three calls of that round
+ *                              failed, none done
  *   abort        rank 1  30 s  after 3 allreduces ranks 0-2 enter a fourth while
  *                              rank 3 waits 2 s; 500 ms in, a second thread of rank
  *                              1 calls collCommAbort: it and the blocked call must
@@ -74,6 +82,7 @@
 #include <unistd.h>
 
 #include "config.h"
+#include "flight.h"
 #include "launch.h"
 #include "transport.h"
 
@@ -101,6 +110,7 @@ enum fault {
     FAULT_STOP,
     FAULT_ROOT_DIES,
     FAULT_ABORT,
+    FAULT_KILL_STREAM,
 };
 
 struct fault_spec {
@@ -118,6 +128,7 @@ static const struct fault_spec fault_specs[] = {
     [FAULT_STOP] = {"stop", 2, 3000},
     [FAULT_ROOT_DIES] = {"root-dies", 0, 3000},
     [FAULT_ABORT] = {"abort", 1, 30000},
+    [FAULT_KILL_STREAM] = {"kill-stream", 2, 10000},
 };
 #define NFAULTS (sizeof(fault_specs) / sizeof(fault_specs[0]))
 
@@ -136,6 +147,7 @@ enum kill_exit {
     EXIT_SEGMENT_LEFT = 19, /* a shared-memory segment is still mapped after destroy */
     EXIT_ABORT = 20,        /* collCommAbort failed, or it or the blocked call was slow */
     EXIT_DISTURBED = 21,    /* exit-after: a survivor saw an error */
+    EXIT_STREAM_CALLS = 22, /* kill-stream: not every call of the failed round failed */
 };
 
 enum { STAGE_INIT = 0, STAGE_COLL = 1 };
@@ -278,6 +290,64 @@ static void wait_go(int go_fd)
         (void)!read(go_fd, &b, 1);
 }
 
+#define STREAM_CALLS 3
+
+/* kill-stream: rounds of STREAM_CALLS allreduces of send[k] into recv[k] issued
+ * on a stream, each round synchronized once and checked; the victim is killed
+ * 300 ms after the first.  Returns the result of the first round that fails
+ * (*it_p: the rounds before it; *t0_p: when it was issued). */
+static collResult_t stream_rounds(collComm_t comm, int rank, float **send, float **recv,
+                                  int *it_p, double *t0_p, int *code_p)
+{
+    collStream_t st;
+    collResult_t r = collStreamCreate(&st);
+    if (r != collSuccess)
+        return r;
+    int it;
+    for (it = 0; it < MAX_ITERS; it++) {
+        if (it == 1 && rank == victim()) {
+            /* The others are in the round by now, its three calls in flight. */
+            usleep(FAULT_AFTER_US);
+            raise(SIGKILL);
+        }
+        *t0_p = launch_now();
+        for (int k = 0; k < STREAM_CALLS && r == collSuccess; k++)
+            r = collAllReduce(send[k], recv[k], fault_count, collFloat32, collSum, comm, st);
+        collResult_t s = collStreamSynchronize(st);
+        if (r == collSuccess)
+            r = s;
+        if (r != collSuccess)
+            break;
+        for (int k = 0; k < STREAM_CALLS; k++)
+            if (!check_sum(recv[k], fault_count, NRANKS, rank, it))
+                *code_p = EXIT_WRONG_DATA;
+    }
+    (void)collStreamDestroy(st);
+    *it_p = it;
+    return r;
+}
+
+/* kill-stream: the calls of the failed round in comm's flight recorder (the
+ * newest STREAM_CALLS allreduces): how many failed and how many ended well. */
+static void stream_round_states(collComm_t comm, int *failed_p, int *done_p)
+{
+    const struct coll_comm *c = (const struct coll_comm *)comm;
+    uint64_t count = coll_flight_count(c);
+    int seen = 0;
+    *failed_p = *done_p = 0;
+    for (uint64_t i = count; i-- > 0 && seen < STREAM_CALLS && count - i < COLL_FLIGHT_RECORDS;) {
+        struct coll_flight_copy rc;
+        bool ok = false;
+        for (int tries = 0; tries < 100 && !ok; tries++)
+            ok = coll_flight_copy(c, i, &rc);
+        if (!ok || rc.name == NULL || strcmp(rc.name, "allreduce") != 0)
+            continue;
+        seen++;
+        *failed_p += rc.state == COLL_FLIGHT_FAILED;
+        *done_p += rc.state == COLL_FLIGHT_DONE;
+    }
+}
+
 static int rank_main(int rank, const char *comm_id, int wfd, int progress_fd, int go_fd)
 {
     struct kill_record rec = {.rank = rank, .stage = STAGE_COLL, .result = collSuccess};
@@ -321,11 +391,37 @@ static int rank_main(int rank, const char *comm_id, int wfd, int progress_fd, in
     if (!send || !recv)
         return EXIT_INIT;
     fill_send(send, fault_count, rank);
+    if (fault == FAULT_KILL_STREAM) {
+        float *ss[STREAM_CALLS], *rs[STREAM_CALLS];
+        for (int k = 0; k < STREAM_CALLS; k++) {
+            ss[k] = malloc(fault_count * sizeof(float));
+            rs[k] = malloc(fault_count * sizeof(float));
+            if (ss[k] == NULL || rs[k] == NULL)
+                return EXIT_INIT;
+            memcpy(ss[k], send, fault_count * sizeof(float));
+        }
+        r = stream_rounds(comm, rank, ss, rs, &rec.iterations, &t0, &code);
+        for (int k = 0; k < STREAM_CALLS; k++) {
+            free(ss[k]);
+            free(rs[k]);
+        }
+        rec.t_error = launch_now();
+        rec.call_s = rec.t_error - t0;
+        rec.result = r;
+        int failed, done;
+        stream_round_states(comm, &failed, &done);
+        if (r != collSuccess && (failed != STREAM_CALLS || done != 0)) {
+            fprintf(stderr, "[rank %d] the failed round's %d calls: %d failed, %d done in the "
+                    "flight recorder\n", rank, STREAM_CALLS, failed, done);
+            code = code ? code : EXIT_STREAM_CALLS;
+        }
+        goto failed;
+    }
 
     struct abort_arg aa = {.comm = comm, .result = collSuccess};
     pthread_t abort_th;
     bool aborting = false;
-    int it;
+    int it = 0;
     /* Small calls take microseconds: enough of them that the fault comes first. */
     int max_iters = fault_count < COUNT ? 100 * MAX_ITERS : MAX_ITERS;
     for (it = 0; it < max_iters; it++) {
@@ -427,9 +523,10 @@ static int rank_main(int rank, const char *comm_id, int wfd, int progress_fd, in
         return rank_end(wfd, &rec, code, send, recv);
     }
 
+failed:;
     const char *last = collGetLastError(comm);
     snprintf(rec.msg, sizeof(rec.msg), "%s", last ? last : "");
-    fprintf(stderr, "[rank %d] after %d allreduces: %s in %.2f s: %s\n", rank, it,
+    fprintf(stderr, "[rank %d] after %d allreduces: %s in %.2f s: %s\n", rank, rec.iterations,
             collGetErrorString(r), rec.call_s, rec.msg);
 
     /* A stopped victim's call lasted as long as it was stopped. */
@@ -498,6 +595,8 @@ static const char *exit_name(int code)
         return "collCommAbort failed or was slow";
     case EXIT_DISTURBED:
         return "an error after a peer's clean exit";
+    case EXIT_STREAM_CALLS:
+        return "a call of the failed round on the stream did not fail";
     default:
         return "unexpected exit code";
     }
@@ -827,7 +926,7 @@ int main(int argc, char **argv)
          * not the cause (the notice that names the victim may come round the
          * bootstrap ring through busy ranks). */
         bool killed = fault == FAULT_KILL_DURING || fault == FAULT_KILL_BEFORE ||
-                      fault == FAULT_KILL_AFTER;
+                      fault == FAULT_KILL_AFTER || fault == FAULT_KILL_STREAM;
         if (killed && rec->stage != STAGE_INIT && !strstr(rec->msg, vname)) {
             fprintf(stderr, "FAIL: rank %d: '%s' does not name rank %d, which was killed\n", r,
                     rec->msg, v);

@@ -13,7 +13,8 @@
  *     one piece per segment;
  *   - a large ring allreduce of nranks x 4 slices of 64 KiB: pieces of exactly
  *     COLL_CHUNKSIZE, 4 x nranks of them; in place as well; an uneven count
- *     cuts no piece larger;
+ *     cuts more pieces per segment, balanced, none larger (what the ring's
+ *     schedule cut, as the engine recorded it);
  *   - a tree broadcast and a naive reduce with their roots and pieces;
  *   - collSend / collRecv between ranks 0 and 1 (p2p, one peer, no pieces; the
  *     other ranks' records do not move), collAllToAll and collBarrier;
@@ -181,11 +182,15 @@ static void body_forced(struct launch_rank *lr, const char *tp)
         LR_CHECK(lr, info.count == count && info.op == collMax, "large: count %zu op %d",
                  info.count, info.op);
     }
-    /* Uneven: one more slice per segment, none larger than COLL_CHUNKSIZE. */
+    /* Uneven: more slices per segment (at least one more; the ring may cut
+     * finer to run them in groups), none larger than COLL_CHUNKSIZE, each
+     * segment cut into K balanced slices: the largest holds ceil(segment / K)
+     * elements. */
     LR_MUST(lr, collAllReduce(buf, out, count + 3, collFloat, collSum, comm, NULL), comm);
     info = expect_call(lr, &seq, "allreduce", "ring");
-    LR_CHECK(lr, n == 1 || (info.chunkBytes <= CHUNK && info.chunks == 5 * (size_t)n &&
-                            info.chunks * info.chunkBytes >= (count + 3) * sizeof(float)),
+    size_t seg0 = (count + 3 + (size_t)n - 1) / (size_t)n, per = info.chunks / (size_t)n;
+    LR_CHECK(lr, n == 1 || (info.chunkBytes <= CHUNK && info.chunks % (size_t)n == 0 &&
+                            per >= 5 && info.chunkBytes == (seg0 + per - 1) / per * sizeof(float)),
              "uneven: %zu pieces of %zu bytes", info.chunks, info.chunkBytes);
 
     /* A tree broadcast from the last rank: 4 slices of the buffer. */

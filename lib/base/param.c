@@ -77,6 +77,13 @@ static const struct coll_param_def param_defs[COLL_PARAM_COUNT] = {
     [COLL_PARAM_LINK_BW_MBS] = {"COLL_LINK_BW_MBS", COLL_PARAM_TYPE_INT, "-1",
                                 "bandwidth of one link in MB/s, for the planner's cost model; "
                                 "-1 measures it at init"},
+    [COLL_PARAM_MODEL_FILE] = {"COLL_MODEL_FILE", COLL_PARAM_TYPE_STR, NULL,
+                               "file of the planner's measurements: read instead of "
+                               "measuring when it has them, written when they are taken, so "
+                               "that later runs choose the same algorithms"},
+    [COLL_PARAM_MODEL_REMEASURE] = {"COLL_MODEL_REMEASURE", COLL_PARAM_TYPE_INT, "0",
+                                    "1: measure the machine at every communicator's creation; "
+                                    "0: once per process, shared by every later communicator"},
     [COLL_PARAM_SHM_SLOT_BYTES] = {"COLL_SHM_SLOT_BYTES", COLL_PARAM_TYPE_SIZE, "0",
                                    "bytes per slot of a shared-memory ring (4 KiB-64 MiB, a "
                                    "multiple of 64); 0: 256 KiB"},

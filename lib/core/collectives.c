@@ -100,6 +100,31 @@ static collResult_t call_check(struct coll_comm *comm, const struct call_check *
     return res;
 }
 
+/* The flight record's description of collective f with a, run by algo (NULL:
+ * none ran). */
+static struct coll_flight_desc call_flight_desc(enum coll_func f, const struct coll_args *a,
+                                                const struct coll_algo *algo)
+{
+    bool has_op = f == COLL_FUNC_ALLREDUCE || f == COLL_FUNC_REDUCE ||
+                  f == COLL_FUNC_REDUCE_SCATTER;
+    bool has_root = f == COLL_FUNC_BROADCAST || f == COLL_FUNC_REDUCE;
+    return (struct coll_flight_desc){.name = coll_func_name(f),
+                                     .algo = algo != NULL ? algo->name : NULL,
+                                     .count = a->count, .dtype = (int)a->dtype,
+                                     .op = has_op ? (int)a->op : -1,
+                                     .root = has_root ? a->root : -1, .peer = -1};
+}
+
+void coll_call_not_run(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
+                       collResult_t res)
+{
+    ++comm->seq;
+    coll_exec_begin(comm, coll_func_name(f));
+    struct coll_flight_desc d = call_flight_desc(f, a, NULL);
+    coll_flight_begin(comm, &d);
+    coll_flight_end(comm, res);
+}
+
 static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
                               const struct coll_args *a)
 {
@@ -111,13 +136,7 @@ static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
     if (algo->exclusive || comm->check_mismatch)
         coll_fiber_exclusive(comm);
     coll_exec_begin(comm, coll_func_name(f));
-    bool has_op = f == COLL_FUNC_ALLREDUCE || f == COLL_FUNC_REDUCE ||
-                  f == COLL_FUNC_REDUCE_SCATTER;
-    bool has_root = f == COLL_FUNC_BROADCAST || f == COLL_FUNC_REDUCE;
-    struct coll_flight_desc d = {.name = coll_func_name(f), .algo = algo->name,
-                                 .count = a->count, .dtype = (int)a->dtype,
-                                 .op = has_op ? (int)a->op : -1, .root = has_root ? a->root : -1,
-                                 .peer = -1};
+    struct coll_flight_desc d = call_flight_desc(f, a, algo);
     coll_flight_begin(comm, &d);
     COLL_TRACE_LOG(COLL_SUBSYS_COLL, "%s #%llu count %zu %s via %s", coll_func_name(f),
                    (unsigned long long)comm->seq, a->count, coll_dtype_name(a->dtype),

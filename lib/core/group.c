@@ -140,16 +140,35 @@ void coll_work_free(struct coll_work *w)
     w->nops = w->ncolls = 0;
 }
 
+/* The collectives of w from the from-th on do not run: each recorded failed
+ * with res. */
+static void work_drop(struct coll_work *w, int from, collResult_t res)
+{
+    for (int i = from; i < w->ncolls; i++)
+        coll_call_not_run(w->colls[i].comm, w->colls[i].f, &w->colls[i].a, res);
+}
+
+void coll_work_not_run(struct coll_work *w, collResult_t res)
+{
+    work_drop(w, 0, res);
+}
+
 collResult_t coll_work_run(struct coll_work *w)
 {
     collResult_t res = coll_device_work_ready(w);
     if (res == collSuccess && w->nops > 0)
         res = coll_p2p_run(w->ops, w->nops, w->name, &w->coll);
-    for (int i = 0; i < w->ncolls && res == collSuccess; i++) {
+    int i = 0;
+    for (; i < w->ncolls && res == collSuccess; i++) {
         struct coll_work_coll *c = &w->colls[i];
         collResult_t poisoned = (collResult_t)atomic_load(&c->comm->async_error);
-        res = poisoned != collSuccess ? poisoned : c->fn(c->comm, c->f, &c->a);
+        if (poisoned != collSuccess)
+            break;
+        res = c->fn(c->comm, c->f, &c->a);
     }
+    if (res == collSuccess && i < w->ncolls)
+        res = (collResult_t)atomic_load(&w->colls[i].comm->async_error);
+    work_drop(w, i, res);
     coll_device_work_end(w, res);
     return res;
 }

@@ -5,28 +5,25 @@
  * the progress thread for a call on a stream), before its flight record closes:
  *
  *   call_exec / coll_p2p_run          coll_last_call_record          comm->last_call
- *   algorithm ran, record open  --->  peers from the flight record --> (under
- *                                     -> their transports (a mask)     last_call_lock)
- *                                     pieces from the slicing rules
+ *   algorithm ran, record open  --->  what the flight record holds --> (under
+ *                                                                      last_call_lock)
  *
  * and read by collCommGetLastCallInfo in any thread under the same lock, which
- * the writer holds only for a copy of a few words.  A loop of the same call
- * (same algorithm, collective, count, type and root) talks to the same peers and
- * cuts its buffer alike, so what the last such call found is kept
- * (comm->last_call_key) and the per-call cost is the copy: an 8-byte allreduce
- * takes about a microsecond, and this must not weigh on it.
+ * the writer holds only for a copy of a few words.  Nothing is derived here:
+ * the flight record (lib/engine/flight.h) holds what happened as it happened.
+ * The engine adds each request's peer and transport when it posts it, and the
+ * cut of the buffer from the schedule that moves it (coll_sched.cut_*); ll and
+ * direct, which move bytes through memory every peer shares, say so
+ * (coll_flight_shared), and hier, whose levels cut the buffer each their own
+ * way, says it has no one cut.  A loop of the same call (same algorithm,
+ * collective, count, type and root) talks to the same peers and cuts its buffer
+ * alike, so what the last such call recorded is kept (comm->last_call_key) and
+ * the per-call cost is the copy: an 8-byte allreduce takes about a
+ * microsecond, and this must not weigh on it.
  *
- * The transports are those of the peers the call posted bytes to or from, or
- * waited for (the flight record's peers, flight.h).  A call with more than
- * COLL_FLIGHT_PEERS peers has the rest counted together: those are taken to be
- * every other rank this rank has a connection with.  ll and direct move their
- * bytes through shared memory rather than over connections, and run only when
- * every peer is reached over shared memory: their transports are every peer's.
- *
- * The pieces follow the slicing of ring.c, tree.c and naive.c (the constants
- * marked below are theirs); the other algorithms do not cut the buffer into
- * pieces of COLL_CHUNKSIZE (rd, ll, direct, the messages of p2p), or cut it per
- * level in ways a pair of numbers does not describe (hier): they report 0. */
+ * A call with more than COLL_FLIGHT_PEERS peers has the rest counted together
+ * in its record: those are taken to be every other rank this rank has a
+ * connection with. */
 #include "last_call.h"
 
 #include <sched.h>
@@ -36,15 +33,7 @@
 
 #include "algo.h"
 #include "flight.h"
-#include "pattern.h"
-#include "reduce.h"
 #include "transport.h"
-
-/* algorithms/tree.c's TREE_SPLIT_MIN_BYTES: an allreduce from this size is
- * split over two trees. */
-#define LAST_TREE_SPLIT_MIN_BYTES (64 * 1024)
-/* algorithms/naive.c's NAIVE_SCRATCH_MAX: the root's slots, all peers together. */
-#define LAST_NAIVE_SCRATCH_MAX ((size_t)64 << 20)
 
 static void last_call_lock(struct coll_comm *comm)
 {
@@ -57,97 +46,6 @@ static void last_call_unlock(struct coll_comm *comm)
     atomic_store_explicit(&comm->last_call_lock, 0, memory_order_release);
 }
 
-/* Pieces of count elements cut into slices of at most slice_elems: how many, and
- * the bytes of the largest. */
-static void last_slices(size_t count, size_t slice_elems, size_t esize, size_t *k_p,
-                        size_t *bytes_p)
-{
-    size_t k = coll_slices(count, slice_elems);
-    *k_p = k;
-    *bytes_p = (count + k - 1) / k * esize;
-}
-
-/* The ring (ring.c): an allreduce cuts the buffer into nranks balanced segments
- * and each segment into K slices (K from the largest); broadcast and reduce are
- * chains over the whole buffer; allgather and reduce-scatter cut each rank's
- * block alike. */
-static void last_ring(const struct coll_comm *comm, int f, size_t count, size_t esize,
-                      size_t *bytes_p, size_t *chunks_p)
-{
-    size_t n = (size_t)comm->nranks, se = comm->chunk_bytes / esize, k;
-    if (se == 0)
-        se = 1;
-    switch (f) {
-    case COLL_FUNC_ALLREDUCE: {
-        size_t base = count / n, rem = count % n, len0 = base + (rem ? 1 : 0);
-        last_slices(len0, se, esize, &k, bytes_p);
-        /* A segment shorter than K elements has one piece per element. */
-        *chunks_p = rem * (k < base + 1 ? k : base + 1) + (n - rem) * (k < base ? k : base);
-        break;
-    }
-    case COLL_FUNC_BROADCAST:
-    case COLL_FUNC_REDUCE:
-        last_slices(count, se, esize, chunks_p, bytes_p);
-        break;
-    default: /* allgather, reduce-scatter: count is one block */
-        last_slices(count, se, esize, &k, bytes_p);
-        *chunks_p = n * k;
-        break;
-    }
-}
-
-/* The tree (tree.c): one stream over the whole buffer, or for an allreduce of
- * LAST_TREE_SPLIT_MIN_BYTES or more two halves, each cut into slices. */
-static void last_tree(const struct coll_comm *comm, int f, size_t count, size_t esize,
-                      size_t *bytes_p, size_t *chunks_p)
-{
-    int ns = f == COLL_FUNC_ALLREDUCE && count * esize >= LAST_TREE_SPLIT_MIN_BYTES ? 2 : 1;
-    size_t se = comm->chunk_bytes / esize;
-    for (int s = 0; s < ns; s++) {
-        size_t off, len, k, bytes;
-        coll_ring_chunk(count, ns, s, &off, &len);
-        if (len == 0)
-            continue;
-        last_slices(len, se, esize, &k, &bytes);
-        *chunks_p += k;
-        if (bytes > *bytes_p)
-            *bytes_p = bytes;
-    }
-}
-
-/* naive (naive.c): slices of COLL_CHUNKSIZE, smaller when the root's depth x
- * nranks slots would pass LAST_NAIVE_SCRATCH_MAX; allgather and reduce-scatter
- * cut every block alike. */
-static void last_naive(const struct coll_comm *comm, int f, size_t count, size_t esize,
-                       size_t *bytes_p, size_t *chunks_p)
-{
-    size_t bytes = comm->chunk_bytes, k;
-    size_t cap = LAST_NAIVE_SCRATCH_MAX / ((size_t)comm->depth * (size_t)comm->nranks);
-    if (bytes > cap)
-        bytes = cap < 4096 ? 4096 : cap;
-    size_t se = bytes / esize ? bytes / esize : 1;
-    last_slices(count, se, esize, &k, bytes_p);
-    bool blocks = f == COLL_FUNC_ALLGATHER || f == COLL_FUNC_REDUCE_SCATTER;
-    *chunks_p = blocks ? (size_t)comm->nranks * k : k;
-}
-
-static void last_pieces(const struct coll_comm *comm, const struct coll_last_call_desc *d,
-                        size_t *bytes_p, size_t *chunks_p)
-{
-    *bytes_p = 0;
-    *chunks_p = 0;
-    if (d->algo == NULL || comm->nranks == 1 || d->count == 0 || d->dtype < 0)
-        return;
-    size_t esize = coll_dtype_size((collDataType_t)d->dtype);
-    const char *name = d->algo->name;
-    if (strcmp(name, "ring") == 0)
-        last_ring(comm, d->coll_func, d->count, esize, bytes_p, chunks_p);
-    else if (strcmp(name, "tree") == 0)
-        last_tree(comm, d->coll_func, d->count, esize, bytes_p, chunks_p);
-    else if (strcmp(name, "naive") == 0)
-        last_naive(comm, d->coll_func, d->count, esize, bytes_p, chunks_p);
-}
-
 /* The bit of tp in a transport mask: its place in the transport table. */
 static uint32_t last_tp_bit(const struct coll_transport *tp)
 {
@@ -157,17 +55,6 @@ static uint32_t last_tp_bit(const struct coll_transport *tp)
         if (table[i] == tp)
             return 1u << i;
     return 0;
-}
-
-/* The transports of every peer, and their number (ll, direct). */
-static void last_all_peers(const struct coll_comm *comm, uint32_t *mask_p, int *peers_p)
-{
-    for (int k = 0; k < comm->nranks; k++) {
-        if (k == comm->rank)
-            continue;
-        *mask_p |= last_tp_bit(coll_transport_for_peer(comm, k));
-        ++*peers_p;
-    }
 }
 
 /* The call's flight record: one of the newest (calls that began after it may
@@ -184,34 +71,40 @@ static bool last_flight_record(const struct coll_comm *comm, const struct coll_l
     return false;
 }
 
-/* The transports of the peers the call's flight record names, and their number. */
-static void last_flight_peers(const struct coll_comm *comm, const struct coll_last_call_desc *d,
+/* The peers of record r and the transports it moved bytes on: every peer for a
+ * call through shared memory; else the peers it names, and, when it had more
+ * than it follows one by one, every other connected rank. */
+static void last_record_peers(const struct coll_comm *comm, const struct coll_flight_copy *r,
                               uint32_t *mask_p, int *peers_p)
 {
-    struct coll_flight_copy r;
-    if (!last_flight_record(comm, d, &r))
+    *mask_p = r->tp_mask;
+    if (r->shared) {
+        for (int p = 0; p < comm->nranks; p++) {
+            if (p == comm->rank)
+                continue;
+            *mask_p |= last_tp_bit(coll_transport_for_peer(comm, p));
+            ++*peers_p;
+        }
         return;
+    }
     bool listed[COLL_FLIGHT_PEERS + 1] = {false};
-    for (int k = 0; k < r.npeers; k++) {
-        int p = r.peers[k].peer;
+    for (int k = 0; k < r->npeers; k++) {
+        int p = r->peers[k].peer;
         if (p < 0 || p >= comm->nranks || p == comm->rank)
             continue;
         listed[k] = true;
-        *mask_p |= last_tp_bit(coll_transport_for_peer(comm, p));
         ++*peers_p;
     }
-    const struct coll_flight_copy_peer *o = &r.peers[r.npeers];
+    const struct coll_flight_copy_peer *o = &r->peers[r->npeers];
     if (o->sent == 0 && o->sent_posted == 0 && o->recvd == 0 && o->recvd_posted == 0)
         return;
-    /* More peers than the record follows one by one: every other connected rank. */
     for (int p = 0; p < comm->nranks; p++) {
         bool seen = p == comm->rank;
-        for (int k = 0; k < r.npeers && !seen; k++)
-            seen = listed[k] && r.peers[k].peer == p;
+        for (int k = 0; k < r->npeers && !seen; k++)
+            seen = listed[k] && r->peers[k].peer == p;
         const struct coll_peer *cp = &comm->peers[p];
         if (seen || (cp->send_conn == NULL && cp->recv_conn == NULL))
             continue;
-        *mask_p |= last_tp_bit(coll_transport_for_peer(comm, p));
         ++*peers_p;
     }
 }
@@ -237,13 +130,15 @@ void coll_last_call_record(struct coll_comm *comm, const struct coll_last_call_d
         c.chunk_bytes = key->chunk_bytes;
         c.chunks = key->chunks;
     } else {
-        bool shared = d->algo != NULL && (strcmp(c.algo, "ll") == 0 ||
-                                          strcmp(c.algo, "direct") == 0);
-        if (shared)
-            last_all_peers(comm, &c.tp_mask, &c.peers);
-        else
-            last_flight_peers(comm, d, &c.tp_mask, &c.peers);
-        last_pieces(comm, d, &c.chunk_bytes, &c.chunks);
+        struct coll_flight_copy r;
+        if (last_flight_record(comm, d, &r)) {
+            last_record_peers(comm, &r, &c.tp_mask, &c.peers);
+            /* A call with one rank, or nothing to move, is not cut. */
+            if (c.peers > 0 && d->count > 0) {
+                c.chunk_bytes = (size_t)r.cut_bytes;
+                c.chunks = (size_t)r.cut_pieces;
+            }
+        }
         /* A failed call may have stopped before meeting every peer: not kept. */
         if (d->algo != NULL && res == collSuccess)
             *key = (struct coll_last_call_key){

@@ -67,8 +67,16 @@ struct coll_work {
     struct coll_devcall *staged; /* the staging of a device work once issued */
 };
 
-/* Runs w; a failure drops the collectives not yet run and is returned. */
+/* Runs w; a failure drops the collectives not yet run (each recorded failed in
+ * its comm's flight recorder) and is returned. */
 collResult_t coll_work_run(struct coll_work *w);
+/* w does not run (its comm was poisoned first): its collectives are recorded
+ * failed with res, as those a failure dropped. */
+void coll_work_not_run(struct coll_work *w, collResult_t res);
+/* Collective f with a was issued but does not run: its flight record says it
+ * failed with res (collectives.c). */
+void coll_call_not_run(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
+                       collResult_t res);
 void coll_work_free(struct coll_work *w);
 /* Issues w now or, with a stream, queues it there; either way w's arrays pass to
  * the callee.  Without a stream, queued work of every communicator w touches

@@ -16,6 +16,7 @@
 
 #include "algo.h"
 #include "exec.h"
+#include "machine.h"
 #include "pattern.h"
 #include "reduce.h"
 #include "ring.h"
@@ -141,34 +142,37 @@ static collResult_t plan_class_alphas(struct coll_comm *comm, double *local_p, d
     return res;
 }
 
-collResult_t coll_plan_init(struct coll_comm *comm)
+/* The figures a measurement gives, in agreement form (machine.h: larger is
+ * worse): what a communicator of any shape derives its model from. */
+enum plan_fig {
+    PF_LAT,             /* a round's latency: alpha less its messages and wake-ups */
+    PF_NEG_CORE,        /* -GB/s a core copies */
+    PF_NEG_HOST,        /* -GB/s the host copies, per core in use (min(ranks, cores)) */
+    PF_R_MSG,           /* the transports' message and wake-up ratios */
+    PF_R_WAKE,
+    PF_NO_LEND,         /* 1: some transport does not lend received bytes */
+    PF_NEG_NET,         /* several hosts: -GB/s of a host's link */
+    PF_NEG_LOCAL_CORE,  /* several hosts: -GB/s within a host, a core's */
+    PF_NEG_LOCAL_HOST,  /* and the host's, per core in use */
+    PF_LOCAL_ALPHA,     /* several hosts: alpha within a host, and across */
+    PF_NET_ALPHA,
+    PF_COUNT
+};
+
+/* A host's ranks busy at once: the ranks, or the cores when fewer. */
+static int plan_in_use(int local, int cores)
 {
-    struct coll_model *m = &comm->model;
+    return local < cores ? local : cores;
+}
+
+/* Measures the machine over comm (collective) and returns its figures,
+ * agreed by every rank. */
+static collResult_t plan_measure(struct coll_comm *comm, double *fig)
+{
     int n = comm->nranks;
-    /* The same on every rank: the most crowded host, the fewest cores. */
-    int cores = comm->hosts.min_cores, local = comm->hosts.max_local;
-    int64_t lat = coll_param_int(COLL_PARAM_LINK_LATENCY_NS);
-    int64_t bw = coll_param_int(COLL_PARAM_LINK_BW_MBS);
-    m->local_ranks = local;
-    m->cores = cores > 0 ? cores : 1;
-    m->alpha_us = lat > 0 ? (double)lat / 1e3 : 10.0;
-    m->core_gbs = bw > 0 ? (double)bw / 1e3 : 1.0;
-    m->host_gbs = m->core_gbs * (local < cores ? local : cores);
-    m->reduce_gbs = 10.0;
+    int cores = comm->model.cores, local = comm->model.local_ranks;
     double r_msg, r_wake, no_lend;
     plan_ratios(comm, &r_msg, &r_wake, &no_lend);
-    m->local_core_gbs = m->core_gbs;
-    m->local_host_gbs = m->host_gbs;
-    m->net_gbs = comm->hosts.n > 1 ? m->core_gbs : 0.0;
-    if (n == 1 || (lat > 0 && bw > 0)) {
-        /* Without the agreement below, every rank must see the same ratios: the
-         * largest any transport has. */
-        coll_transport_max_ratios(&r_msg, &r_wake);
-        m->lend = false;
-        coll_model_split_alpha(m, r_msg, r_wake);
-        return collSuccess;
-    }
-
     const struct coll_algo *ring = coll_algo_find("ring"), *rd = coll_algo_find("rd");
     double probe_us[PLAN_PROBES];
     float one = 1.0f, out;
@@ -217,36 +221,122 @@ collResult_t coll_plan_init(struct coll_comm *comm)
     /* Agree: the largest alpha and the smallest bandwidths of all ranks.  A rank
      * that entered a probe late times only its tail, so the slowest rank's figure
      * is the collective's.  The allreduce gives every rank the same bytes, so
-     * every rank computes the same model and later makes the same choices. */
-    double agree[11] = {alpha, -core_gbs, -host_gbs, r_msg, r_wake, no_lend,
-                        -net_gbs, -local_core_gbs, -local_host_gbs, local_alpha, net_alpha},
-           res[11];
-    struct coll_args a = {agree, res, 11, collDouble, collMax, 0};
+     * every rank computes the same figures. */
+    double use = plan_in_use(local, cores);
+    double mine[PF_COUNT] = {
+        [PF_LAT] = alpha, [PF_NEG_CORE] = -core_gbs, [PF_NEG_HOST] = -host_gbs / use,
+        [PF_R_MSG] = r_msg, [PF_R_WAKE] = r_wake, [PF_NO_LEND] = no_lend,
+        [PF_NEG_NET] = -net_gbs, [PF_NEG_LOCAL_CORE] = -local_core_gbs,
+        [PF_NEG_LOCAL_HOST] = local_host_gbs < 1e29 ? -local_host_gbs / use : -local_host_gbs,
+        [PF_LOCAL_ALPHA] = local_alpha, [PF_NET_ALPHA] = net_alpha};
     coll_exec_begin(comm, "plan probe");
-    COLL_CHECK(rd->run[COLL_FUNC_ALLREDUCE](comm, &a));
-    if (lat <= 0)
-        m->alpha_us = res[0];
+    COLL_CHECK(coll_algo_agree_max(comm, mine, fig, PF_COUNT));
+    /* The round's latency alone, which a communicator of another shape (fewer
+     * ranks per core) turns back into its own alpha. */
+    struct coll_model split = {.alpha_us = fig[PF_LAT], .local_ranks = local, .cores = cores};
+    coll_model_split_alpha(&split, fig[PF_R_MSG], fig[PF_R_WAKE]);
+    fig[PF_LAT] = split.lat_us;
+    return collSuccess;
+}
+
+/* comm's model from the machine's figures, for its own shape (ranks per host,
+ * cores), with COLL_LINK_* in place of the figures they set (lat, bw > 0). */
+static void plan_model_from(struct coll_comm *comm, const double *fig, int64_t lat, int64_t bw)
+{
+    struct coll_model *m = &comm->model;
+    double use = plan_in_use(m->local_ranks, m->cores);
+    double r_msg = fig[PF_R_MSG], r_wake = fig[PF_R_WAKE];
+    if (lat <= 0) {
+        bool over = m->local_ranks > m->cores;
+        double wake_share = over ? r_wake * m->local_ranks / m->cores : 0.0;
+        m->alpha_us = fig[PF_LAT] * (1.0 + 2 * r_msg + wake_share);
+    }
     if (bw <= 0) {
-        m->core_gbs = -res[1];
-        m->host_gbs = -res[2];
+        m->core_gbs = -fig[PF_NEG_CORE];
+        m->host_gbs = -fig[PF_NEG_HOST] * use;
+        m->local_core_gbs = m->core_gbs;
+        m->local_host_gbs = m->host_gbs;
         if (comm->hosts.n > 1) {
-            m->net_gbs = -res[6];
-            m->local_core_gbs = -res[7] < 1e29 ? -res[7] : m->core_gbs;
-            m->local_host_gbs = -res[8] < 1e29 ? -res[8] : m->host_gbs;
-        } else {
-            m->local_core_gbs = m->core_gbs;
-            m->local_host_gbs = m->host_gbs;
+            m->net_gbs = -fig[PF_NEG_NET];
+            if (-fig[PF_NEG_LOCAL_CORE] < 1e29)
+                m->local_core_gbs = -fig[PF_NEG_LOCAL_CORE];
+            if (-fig[PF_NEG_LOCAL_HOST] < 1e29)
+                m->local_host_gbs = -fig[PF_NEG_LOCAL_HOST] * use;
         }
     }
-    coll_model_split_alpha(m, res[3], res[4]);
-    m->lend = res[5] == 0;
+    coll_model_split_alpha(m, r_msg, r_wake);
+    m->lend = fig[PF_NO_LEND] == 0;
     if (comm->hosts.n > 1 && lat <= 0) {
         /* A host of one rank has no ring within: the flat figure stands in. */
-        m->local_alpha_us = res[9] > 0 ? res[9] : m->alpha_us;
-        m->net_alpha_us = res[10] > 0 ? res[10] : m->alpha_us;
+        m->local_alpha_us = fig[PF_LOCAL_ALPHA] > 0 ? fig[PF_LOCAL_ALPHA] : m->alpha_us;
+        m->net_alpha_us = fig[PF_NET_ALPHA] > 0 ? fig[PF_NET_ALPHA] : m->alpha_us;
     } else if (comm->hosts.n > 1) {
         m->local_alpha_us = m->net_alpha_us = m->alpha_us;
     }
+}
+
+/* The key comm's figures are kept under (machine.h): the transports this rank
+ * uses, and whether the ranks span hosts. */
+static void plan_key(struct coll_comm *comm, char *key, size_t len)
+{
+    size_t at = (size_t)snprintf(key, len, "plan:");
+    const struct coll_transport *seen[8];
+    int nseen = 0;
+    for (int p = 0; p < comm->nranks; p++) {
+        const struct coll_transport *tp = p == comm->rank ? NULL : coll_transport_for_peer(comm, p);
+        bool known = tp == NULL;
+        for (int k = 0; k < nseen && !known; k++)
+            known = seen[k] == tp;
+        if (known || nseen == 8)
+            continue;
+        seen[nseen++] = tp;
+        at += (size_t)snprintf(key + at, at < len ? len - at : 0, "%s%s", nseen > 1 ? "+" : "",
+                               tp->name);
+    }
+    if (comm->hosts.n > 1 && at < len)
+        snprintf(key + at, len - at, ":hosts");
+}
+
+collResult_t coll_plan_init(struct coll_comm *comm)
+{
+    struct coll_model *m = &comm->model;
+    int n = comm->nranks;
+    /* The same on every rank: the most crowded host, the fewest cores. */
+    int cores = comm->hosts.min_cores, local = comm->hosts.max_local;
+    int64_t lat = coll_param_int(COLL_PARAM_LINK_LATENCY_NS);
+    int64_t bw = coll_param_int(COLL_PARAM_LINK_BW_MBS);
+    m->local_ranks = local;
+    m->cores = cores > 0 ? cores : 1;
+    m->alpha_us = lat > 0 ? (double)lat / 1e3 : 10.0;
+    m->core_gbs = bw > 0 ? (double)bw / 1e3 : 1.0;
+    m->host_gbs = m->core_gbs * (local < cores ? local : cores);
+    m->reduce_gbs = 10.0;
+    m->local_core_gbs = m->core_gbs;
+    m->local_host_gbs = m->host_gbs;
+    m->net_gbs = comm->hosts.n > 1 ? m->core_gbs : 0.0;
+    if (n == 1 || (lat > 0 && bw > 0)) {
+        /* Without the agreement below, every rank must see the same ratios: the
+         * largest any transport has. */
+        double r_msg = 0, r_wake = 0;
+        coll_transport_max_ratios(&r_msg, &r_wake);
+        m->lend = false;
+        coll_model_split_alpha(m, r_msg, r_wake);
+        return collSuccess;
+    }
+
+    /* The process's figures when every rank has them (a split, a subgroup, a
+     * later communicator), else measured now and kept. */
+    char key[COLL_MACHINE_KEY_MAX];
+    plan_key(comm, key, sizeof(key));
+    double fig[PF_COUNT];
+    bool have;
+    coll_exec_begin(comm, "plan agreement");
+    COLL_CHECK(coll_machine_agree(comm, key, fig, PF_COUNT, &have));
+    if (!have) {
+        COLL_CHECK(plan_measure(comm, fig));
+        coll_machine_put(key, fig, PF_COUNT);
+    }
+    plan_model_from(comm, fig, lat, bw);
     COLL_INFO(COLL_SUBSYS_ALGO, "machine model: alpha %.1f us (round %.1f, message %.1f, "
               "wake-up %.1f), core %.2f GB/s, host %.2f GB/s "
               "(%d local ranks, %d cores), reduce %.1f GB/s; %d hosts, link %.3f GB/s, "
@@ -255,6 +345,7 @@ collResult_t coll_plan_init(struct coll_comm *comm)
               m->msg_us, m->wake_us, m->core_gbs,
               m->host_gbs, local, cores, m->reduce_gbs, comm->hosts.n, m->net_gbs,
               m->local_core_gbs, m->local_host_gbs, m->local_alpha_us, m->net_alpha_us,
-              lat > 0 || bw > 0 ? " (partly from COLL_LINK_*)" : " (measured)");
+              lat > 0 || bw > 0 ? " (partly from COLL_LINK_*)"
+                                : have ? " (the process's, measured before)" : " (measured)");
     return collSuccess;
 }

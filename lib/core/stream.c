@@ -257,11 +257,13 @@ static void stream_wait_done(struct coll_stream *st, uint64_t target)
 /* Runs t's work (on the progress thread's stack or in its fiber). */
 static collResult_t task_exec(struct coll_task *t)
 {
-    /* On a comm poisoned earlier the call fails without running; the cause was
-     * logged when it happened. */
+    /* On a comm poisoned earlier the call fails without running (the cause was
+     * logged when it happened); its flight record says so. */
     collResult_t res = (collResult_t)atomic_load(&t->comm->async_error);
     if (res == collSuccess)
         res = coll_work_run(&t->work);
+    else
+        coll_work_not_run(&t->work, res);
     return res;
 }
 

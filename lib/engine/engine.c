@@ -27,6 +27,7 @@
 
 #include "exec.h"
 #include "fiber.h"
+#include "flight.h"
 #include "regcache.h"
 
 struct coll_engine {
@@ -127,6 +128,17 @@ static void step_wait_released(struct coll_step *st)
 {
     while (atomic_load_explicit(&st->state, memory_order_acquire) == STEP_DONE)
         sched_yield();
+}
+
+void coll_step_run(struct coll_step *s)
+{
+    const struct coll_sched *sch = s->sched;
+    collResult_t res = collSuccess;
+    if (s->src != NULL)
+        sch->ops->consume(sch->ctx, s->lane, s->piece, s->off, s->src, s->len);
+    else if (sch->ops->done != NULL)
+        res = sch->ops->done(sch->ctx, s->lane, s->piece, s->buf);
+    coll_step_complete(s, res);
 }
 
 /* The entry for fd, growing the table; NULL when out of memory. */
@@ -350,12 +362,90 @@ static collResult_t lane_done(struct coll_sched *s, struct coll_lane *l, size_t 
     return res;
 }
 
-/* Takes lent pieces of l while ready; in order, as far as they have arrived. */
+/* A piece of l is done: counted, and the lane released after its last. */
+static void lane_retire(struct coll_sched *s, struct coll_lane *l, bool *moved_p)
+{
+    l->done++;
+    *moved_p = true;
+    if (l->done == l->total) {
+        s->active--;
+        lane_released(l);
+    }
+}
+
+/* Takes the pieces of watch lane l that are there, in order. */
+static collResult_t lane_watch(struct coll_sched *s, struct coll_lane *l, bool *moved_p)
+{
+    while (l->done < l->total && s->ops->ready(s->ctx, l, l->done)) {
+        size_t i = l->done;
+        lane_retire(s, l, moved_p);
+        COLL_CHECK(lane_done(s, l, i, NULL));
+    }
+    return collSuccess;
+}
+
+/* Hands the work on piece i of l (buf; or, lent, len bytes at src for offset
+ * off) to the comm's runner, in the step of the piece's slot. */
+static void lane_hand(struct coll_sched *s, struct coll_lane *l, size_t i, void *buf,
+                      const void *src, size_t off, size_t len)
+{
+    struct coll_step *st = &l->steps[i & l->mask];
+    step_wait_released(st); /* the slot's last step */
+    st->comm = l->comm;
+    st->res = collSuccess;
+    st->sched = s;
+    st->lane = l;
+    st->piece = i;
+    st->buf = buf;
+    st->src = src;
+    st->off = off;
+    st->len = len;
+    atomic_store_explicit(&st->state, STEP_RUNNING, memory_order_relaxed);
+    l->running++;
+    const struct coll_step_runner *r = l->comm->step_runner;
+    r->submit(r->arg, st);
+}
+
+/* Whether the step handed over for piece i of l is still running. */
+static bool lane_step_running(const struct coll_lane *l, size_t i)
+{
+    return atomic_load_explicit(&l->steps[i & l->mask].state, memory_order_acquire) ==
+           STEP_RUNNING;
+}
+
+/* The work handed over for piece i of l failed: described naming the peer the
+ * piece came from, and the comm poisoned. */
+static collResult_t lane_step_failed(struct coll_lane *l, size_t i, collResult_t res)
+{
+    struct coll_comm *c = l->comm;
+    coll_set_error(c, "%s #%llu: the work on piece %zu received from rank %d (%s) failed after "
+                   "it arrived: %s", c->op_name ? c->op_name : "call", (unsigned long long)c->seq,
+                   i, l->conn != NULL ? l->conn->peer : -1,
+                   l->conn != NULL ? l->conn->tp->name : "no connection",
+                   collGetErrorString(res));
+    coll_comm_poison(c, res);
+    return res;
+}
+
+/* Takes lent pieces of l while ready; in order, as far as they have arrived.
+ * With l->defer, the lent bytes of a piece are held while the runner consumes
+ * them, and released when its step is done. */
 static collResult_t lane_take(struct coll_sched *s, struct coll_lane *l, bool *moved_p)
 {
     if (!lane_turn(l))
         return collSuccess;
     while (l->done < l->total && lane_ready(s, l, l->done)) {
+        if (l->running > 0) {
+            struct coll_step *st = &l->steps[l->done & l->mask];
+            if (lane_step_running(l, l->done))
+                return collSuccess;
+            l->running = 0;
+            if (st->res != collSuccess)
+                return lane_step_failed(l, l->done, st->res);
+            coll_exec_release(l->conn);
+            l->lent_off += st->len;
+            *moved_p = true;
+        }
         size_t len = 0;
         const void *src = NULL;
         if (!l->take_known) { /* asked once per piece, not at every look */
@@ -368,6 +458,11 @@ static collResult_t lane_take(struct coll_sched *s, struct coll_lane *l, bool *m
             COLL_CHECK(coll_exec_peek(l->comm, l->conn, bytes - l->lent_off, &src, &len));
             if (src == NULL)
                 return collSuccess;
+            if (l->defer) {
+                lane_hand(s, l, l->done, buf, src, l->lent_off, len);
+                *moved_p = true;
+                return collSuccess;
+            }
             if (s->ops->consume)
                 s->ops->consume(s->ctx, l, l->done, l->lent_off, src, len);
             else
@@ -377,15 +472,11 @@ static collResult_t lane_take(struct coll_sched *s, struct coll_lane *l, bool *m
             *moved_p = true;
         }
         if (l->lent_off == bytes) {
-            size_t i = l->done++;
-            l->posted = l->done;
+            size_t i = l->done;
             l->lent_off = 0;
             l->take_known = false;
-            *moved_p = true;
-            if (l->done == l->total) {
-                s->active--;
-                lane_released(l);
-            }
+            lane_retire(s, l, moved_p);
+            l->posted = l->done;
             COLL_CHECK(lane_done(s, l, i, buf));
         }
     }
@@ -448,9 +539,36 @@ static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *m
     return collSuccess;
 }
 
+/* l->defer: hands every piece that has arrived to the runner (they arrive in
+ * order), then retires, oldest first, those whose work is done. */
+static collResult_t lane_complete_deferred(struct coll_sched *s, struct coll_lane *l,
+                                           bool *moved_p)
+{
+    for (size_t i = l->done + l->running; i < l->posted; i++) {
+        struct coll_lane_slot *sl = &l->slot[i & l->mask];
+        bool ok;
+        COLL_CHECK(coll_exec_test(l->comm, &sl->req, &ok));
+        if (!ok)
+            break;
+        lane_hand(s, l, i, sl->buf, NULL, 0, 0);
+        *moved_p = true;
+    }
+    while (l->running > 0 && !lane_step_running(l, l->done)) {
+        size_t i = l->done;
+        l->running--;
+        collResult_t res = l->steps[i & l->mask].res;
+        if (res != collSuccess)
+            return lane_step_failed(l, i, res);
+        lane_retire(s, l, moved_p);
+    }
+    return collSuccess;
+}
+
 /* Retires l's pieces that are done, oldest first. */
 static collResult_t lane_complete(struct coll_sched *s, struct coll_lane *l, bool *moved_p)
 {
+    if (l->defer)
+        return lane_complete_deferred(s, l, moved_p);
     while (l->done < l->posted) {
         size_t i = l->done, slot = i & l->mask;
         void *buf = NULL;
@@ -469,12 +587,7 @@ static collResult_t lane_complete(struct coll_sched *s, struct coll_lane *l, boo
                 return collSuccess;
             buf = l->slot[slot].buf;
         }
-        l->done++;
-        *moved_p = true;
-        if (l->done == l->total) {
-            s->active--;
-            lane_released(l);
-        }
+        lane_retire(s, l, moved_p);
         COLL_CHECK(lane_done(s, l, i, buf));
     }
     return collSuccess;
@@ -485,7 +598,7 @@ static collResult_t lane_start(struct coll_sched *s, struct coll_lane *l)
 {
     if (l->comm == NULL)
         l->comm = s->comm;
-    if (l->total == 0)
+    if (l->total == 0 || l->watch)
         return collSuccess;
     if (l->deferred) {
         COLL_CHECK(coll_calloc(&l->steps, l->mask + 1));
@@ -499,6 +612,13 @@ static collResult_t lane_start(struct coll_sched *s, struct coll_lane *l)
         l->mh = coll_reg_handle(l->comm, l->conn, l->reg, l->reg_bytes);
     l->lending = !l->is_send && l->lend && l->conn->tp->recv_peek != NULL && l->mh == NULL;
     l->standin.conn = l->conn;
+    l->defer = s->defer && !l->is_send && l->comm->step_runner != NULL &&
+               (l->lending ? s->ops->consume != NULL : s->ops->done != NULL);
+    if (l->defer) {
+        COLL_CHECK(coll_calloc(&l->steps, l->mask + 1));
+        for (size_t i = 0; i <= l->mask; i++)
+            atomic_init(&l->steps[i].state, STEP_RELEASED);
+    }
     return collSuccess;
 }
 
@@ -529,48 +649,59 @@ static bool sched_finished(const struct coll_sched *s)
  * a lending lane the stand-in for its connection; NULL when nothing. */
 static struct coll_req *lane_waited(const struct coll_lane *l)
 {
-    if (!lane_active(l) || l->deferred || l->conn == NULL)
+    if (!lane_active(l) || l->deferred || l->watch || l->conn == NULL)
         return NULL;
-    if (l->lending)
-        return (struct coll_req *)&l->standin;
-    return l->done < l->posted ? l->slot[l->done & l->mask].req : NULL;
+    if (l->lending) /* while a step holds the lent bytes, only the step */
+        return l->running > 0 ? NULL : (struct coll_req *)&l->standin;
+    size_t i = l->done + l->running; /* the oldest piece not handed over */
+    return i < l->posted ? l->slot[i & l->mask].req : NULL;
+}
+
+/* Steps of l that a wait waits for: deferred ones started, or received
+ * pieces' work handed to the runner. */
+static size_t lane_steps(const struct coll_lane *l)
+{
+    if (l->deferred)
+        return lane_active(l) ? l->posted - l->done : 0;
+    return l->running;
 }
 
 /* Whether l waits on something this pass could not move: a posted piece, a
- * lent one, a deferred step. */
+ * lent one, a step. */
 static bool lane_waits(const struct coll_lane *l)
 {
-    return l->deferred ? lane_active(l) && l->done < l->posted : lane_waited(l) != NULL;
+    return lane_steps(l) > 0 || lane_waited(l) != NULL || (l->watch && lane_active(l));
 }
 
 /* The requests a wait on comm watches: the oldest of each of its lanes (a
- * lending lane's stand-in for its connection); *steps_p counts the deferred
- * steps waited for.  With waiting, the indices of the lanes that wait (on a
- * request or a deferred step) go there, *nwait_p of them. */
+ * lending lane's stand-in for its connection); w->steps counts the steps and
+ * w->watches the watch lanes waited for (w->watch_peer: the first's rank).
+ * With waiting, the indices of the lanes that wait (on a request, a step or
+ * memory) go there, *nwait_p of them. */
 static int sched_pending(const struct coll_sched *s, const struct coll_comm *comm,
-                         struct coll_req **out, int *steps_p, int *waiting, int *nwait_p)
+                         struct coll_req **out, struct coll_wait *w, int *waiting,
+                         int *nwait_p)
 {
-    int n = 0, steps = 0, nw = 0;
+    int n = 0, steps = 0, watches = 0, nw = 0;
+    w->watch_peer = -1;
     for (int k = 0; k < s->nlanes; k++) {
         struct coll_lane *l = &s->lanes[k];
         if (!lane_active(l) || (comm != NULL && l->comm != comm))
             continue;
-        if (l->deferred) {
-            if (l->done < l->posted) {
-                steps++;
-                if (waiting != NULL)
-                    waiting[nw++] = k;
-            }
-        } else {
-            struct coll_req *r = lane_waited(l);
-            if (r == NULL)
-                continue;
+        struct coll_req *r = lane_waited(l);
+        size_t st = lane_steps(l);
+        if (r == NULL && st == 0 && !l->watch)
+            continue;
+        if (r != NULL)
             out[n++] = r;
-            if (waiting != NULL)
-                waiting[nw++] = k;
-        }
+        steps += st > 0;
+        if (l->watch && watches++ == 0)
+            w->watch_peer = l->watch_peer;
+        if (waiting != NULL)
+            waiting[nw++] = k;
     }
-    *steps_p = steps;
+    w->steps = steps;
+    w->watches = watches;
     if (nwait_p != NULL)
         *nwait_p = nw;
     return n;
@@ -600,7 +731,6 @@ static collResult_t sched_idle(struct coll_sched *s, struct coll_wait *w, struct
         }
         comm = s->comm; /* progress() waits on nothing the engine sees: spin */
     }
-    int steps = 0;
     if (s->multi_comm) {
         int64_t now = coll_now_ns();
         for (int k = 0; k < s->nlanes; k++) {
@@ -608,13 +738,12 @@ static collResult_t sched_idle(struct coll_sched *s, struct coll_wait *w, struct
             if (c == comm || !lane_waits(&s->lanes[k]) ||
                 (!atomic_load(&c->aborting) && now < c->deadline_ns))
                 continue;
-            int n = sched_pending(s, c, pending, &steps, NULL, NULL);
-            struct coll_wait at_once = {.idle_since = now, .steps = steps};
+            struct coll_wait at_once = {.idle_since = now};
+            int n = sched_pending(s, c, pending, &at_once, NULL, NULL);
             COLL_CHECK(coll_exec_idle(c, &at_once, pending, n));
         }
     }
-    int np = sched_pending(s, comm, pending, &w->steps, s->multi_comm ? NULL : waiting,
-                           nwait_p);
+    int np = sched_pending(s, comm, pending, w, s->multi_comm ? NULL : waiting, nwait_p);
     if (s->multi_comm)
         for (int k = 0; k < s->nlanes; k++) {
             const struct coll_lane *l = &s->lanes[k];
@@ -636,8 +765,8 @@ static void lane_free_steps(struct coll_lane *l)
     if (l->steps == NULL)
         return;
     int64_t until = coll_now_ns() + l->comm->timeout_ms * 1000000LL;
-    for (size_t i = l->done; i < l->posted; i++) {
-        struct coll_step *st = &l->steps[i & l->mask];
+    for (size_t k = 0; k <= l->mask; k++) {
+        struct coll_step *st = &l->steps[k];
         while (atomic_load_explicit(&st->state, memory_order_acquire) == STEP_RUNNING) {
             if (coll_now_ns() >= until) {
                 COLL_WARN("%s #%llu: a deferred step did not finish within %lld ms of a "
@@ -677,7 +806,7 @@ static bool sched_is_oneshot(const struct coll_sched *s)
 {
     const struct coll_sched_ops *o = s->ops;
     if (s->nlanes > ENGINE_STACK_LANES || o->ready != NULL || o->progress != NULL ||
-        o->finished != NULL || o->start != NULL)
+        o->finished != NULL || o->start != NULL || (s->defer && s->comm->step_runner != NULL))
         return false;
     for (const struct coll_lane *l = s->lanes, *end = l + s->nlanes; l < end; l++)
         if (l->total > 1 || l->deferred || l->after != NULL ||
@@ -819,6 +948,8 @@ collResult_t coll_engine_round(struct coll_comm *comm, const struct coll_xfer *x
 
 collResult_t coll_engine_run(struct coll_sched *s)
 {
+    if (s->cut_pieces > 0)
+        coll_flight_cut(s->comm, s->cut_bytes, s->cut_pieces);
     /* Behind another call in flight, the pieces wait for their connections. */
     if (sched_is_oneshot(s) && !coll_fiber_behind_any(s->comm)) {
         collResult_t res = engine_run_oneshot(s);
@@ -838,7 +969,7 @@ collResult_t coll_engine_run(struct coll_sched *s)
         struct coll_lane *l = &s->lanes[k];
         l->window = lane_window(l); /* the one lane_slots and lane_post read */
         l->mask = lane_slots(l) - 1;
-        if (l->total > 0 && !l->deferred)
+        if (l->total > 0 && !l->deferred && !l->watch)
             nslots += l->mask + 1;
     }
     if (s->nlanes > ENGINE_STACK_LANES) {
@@ -866,7 +997,7 @@ collResult_t coll_engine_run(struct coll_sched *s)
     s->active = 0;
     for (int k = 0, at = 0; k < s->nlanes; k++) {
         struct coll_lane *l = &s->lanes[k];
-        if (l->total > 0 && !l->deferred) {
+        if (l->total > 0 && !l->deferred && !l->watch) {
             l->slot = slots + at;
             at += (int)(l->mask + 1);
         }
@@ -890,7 +1021,9 @@ collResult_t coll_engine_run(struct coll_sched *s)
              * whole pass once something moves. */
             for (int j = 0; j < nwait; j++) {
                 struct coll_lane *l = &s->lanes[waiting[j]];
-                if (l->lending)
+                if (l->watch)
+                    COLL_CHECK_GOTO(lane_watch(s, l, &moved), res, out);
+                else if (l->lending)
                     COLL_CHECK_GOTO(lane_take(s, l, &moved), res, out);
                 else
                     COLL_CHECK_GOTO(lane_complete(s, l, &moved), res, out);
@@ -910,6 +1043,10 @@ collResult_t coll_engine_run(struct coll_sched *s)
         }
         for (int j = 0; j < norder; j++) {
             struct coll_lane *l = &s->lanes[order[j]];
+            if (l->watch) {
+                COLL_CHECK_GOTO(lane_watch(s, l, &moved), res, out);
+                continue;
+            }
             /* Nothing left to post (or take) on it. */
             if (l->lending ? !lane_active(l) : l->posted == l->total)
                 continue;

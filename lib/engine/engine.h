@@ -19,6 +19,11 @@
  *          block on the communicator's persistent poll set (epoll, no cap on
  *          descriptors) under the deadline, abort and failure notices
  *
+ * A watch lane has no connection either: its pieces are flags in memory
+ * other ranks write (ll), each done once ready() sees it; a wait on one spins
+ * and yields rather than blocks (no descriptor tells of a store), and looks at
+ * the failure notices itself.
+ *
  * A deferred step (a lane with no connection) is started by the algorithm's
  * `start` callback and finished later, from any thread, by coll_step_complete:
  * a device copy or a kernel becomes a step without a descriptor of its own.  A
@@ -37,18 +42,47 @@
 
 #define COLL_LANE_MAX_WINDOW 64 /* pieces in flight per lane */
 
-/* A deferred step: started by the algorithm, finished by coll_step_complete. */
+struct coll_lane;
+struct coll_sched;
+
+/* A step that completes later: a deferred step, started by the algorithm, or
+ * the work on a received piece (its done(), or its consume() of lent bytes)
+ * handed to the comm's runner; either ends with coll_step_complete. */
 struct coll_step {
     struct coll_comm *comm;
     atomic_int state;       /* running, done, released (engine.c) */
     collResult_t res;       /* set before state */
+    /* A received piece's work (coll_step_run): piece `piece` of lane, its bytes
+     * at buf, or, lent, len bytes at src for offset off of the piece. */
+    struct coll_sched *sched;
+    struct coll_lane *lane;
+    size_t piece, off, len;
+    void *buf;
+    const void *src;
 };
 
 /* Marks s done with res (collSuccess or the failure, described beforehand with
- * coll_set_error on s->comm) and wakes the engine.  Safe from any thread; the
- * engine does not return (nor reuse s) until this call is past its last touch
- * of s and the comm. */
+ * coll_set_error on s->comm; for a received piece's work the engine describes
+ * it, naming the peer) and wakes the engine.  Safe from any thread; the engine
+ * does not return (nor reuse s) until this call is past its last touch of s and
+ * the comm. */
 void coll_step_complete(struct coll_step *s, collResult_t res);
+
+/* Who runs the work on received pieces where a schedule lets it finish later
+ * (coll_sched.defer): a thread, a device queue.  comm->step_runner; NULL: the
+ * engine runs it at once, in its loop.  Its steps may finish in any order: the
+ * engine retires a lane's pieces in order, and holds a piece's buffer (or the
+ * lent bytes) until its step is done. */
+struct coll_step_runner {
+    /* Takes s over: calls coll_step_run(s) later, from any thread, or ends it
+     * with coll_step_complete(s, failure) without running it. */
+    void (*submit)(void *arg, struct coll_step *s);
+    void *arg;
+};
+
+/* Runs the work of a received piece handed over to a runner, then completes
+ * its step (any thread). */
+void coll_step_run(struct coll_step *s);
 
 struct coll_lane {
     /* Set by the algorithm. */
@@ -63,6 +97,12 @@ struct coll_lane {
     /* Receives only: take pieces where the transport lends them (recv_peek), in
      * order under ready(), without posting receives or a window. */
     bool lend;
+    /* A lane of watched memory (no connection, nothing posted): piece i is done
+     * once ops->ready(ctx, l, i) holds, a flag another rank writes in memory
+     * both map (ll's lines).  watch_peer: that rank, named when the wait fails;
+     * the algorithm may change it as the pieces go from rank to rank. */
+    bool watch;
+    int watch_peer;
     /* Optional: the user buffer pieces of this lane lie in (reg_bytes bytes);
      * pieces inside it go to the transport with its handle for it (regcache.h),
      * so it may move them in place.  A receive lane with a handle does not lend. */
@@ -88,13 +128,16 @@ struct coll_lane {
         void *buf;
         struct coll_req *req;
     } *slot;
-    struct coll_step *steps; /* deferred lanes: mask + 1 */
+    struct coll_step *steps; /* deferred lanes, and lanes whose work is: mask + 1 */
     bool granted;            /* no earlier call in flight holds conn (fiber.h) */
     struct coll_req standin; /* what a wait on a lending lane watches */
+    bool defer;              /* received pieces' work goes to the comm's runner */
+    size_t running;          /* such steps handed over and not yet retired */
 };
 
 struct coll_sched_ops {
-    /* Whether piece i of l may start now.  NULL: at once. */
+    /* Whether piece i of l may start now (a watch lane's: whether it is there).
+     * NULL: at once. */
     bool (*ready)(void *ctx, const struct coll_lane *l, size_t i);
     /* Where piece i of l is sent from or received into, and its size: the same
      * for as long as the piece is in flight (the engine may ask once). */
@@ -136,6 +179,14 @@ struct coll_sched {
      * connection but its lanes', so a later call in flight (fiber.h) may use
      * the others at once, and each of these once its lane has posted all. */
     bool last;
+    /* The work on received pieces (done(), consume()) may run on the comm's
+     * runner (coll_step_runner), later and in any order against each other:
+     * pieces of a window touch bytes apart. */
+    bool defer;
+    /* How the call's buffer is cut into pieces, when this schedule moves it
+     * (collCommGetLastCallInfo): the largest piece's bytes and their number;
+     * 0: not cut (messages, rounds).  The engine records it for the call. */
+    size_t cut_bytes, cut_pieces;
     bool multi_comm;         /* the engine's: some lane is on another comm */
     int active;              /* the engine's: lanes with pieces not done */
 };

@@ -227,14 +227,20 @@ static const struct coll_conn *exec_waited_conn(const struct coll_comm *comm,
 }
 
 static void exec_timeout(struct coll_comm *comm, int64_t now, struct coll_req *const *reqs,
-                         int nreqs, int steps)
+                         int nreqs, const struct coll_wait *w)
 {
     const struct coll_conn *c = exec_waited_conn(comm, reqs, nreqs);
     int64_t still_ms = coll_flight_idle(comm, now);
     char still[48] = "";
+    int steps = w->steps;
     if (still_ms >= 0)
         snprintf(still, sizeof(still), ": no progress for %lld ms", (long long)still_ms);
-    if (c == NULL) {
+    if (c == NULL && w->watches > 0 && w->watch_peer >= 0) {
+        coll_set_error(comm, "%s #%llu timed out after %lld ms%s, waiting for rank %d's data in "
+                       "shared memory", comm->op_name, (unsigned long long)comm->seq,
+                       (long long)comm->timeout_ms, still, w->watch_peer);
+        coll_comm_blame(comm, w->watch_peer);
+    } else if (c == NULL) {
         coll_set_error(comm, "%s #%llu timed out after %lld ms%s%s", comm->op_name,
                        (unsigned long long)comm->seq, (long long)comm->timeout_ms, still,
                        steps > 0 ? ", waiting for a deferred step (a copy or kernel) to finish"
@@ -311,13 +317,40 @@ void coll_exec_yield(struct coll_comm *comm, int64_t now)
     exec_yield(comm, now, false);
 }
 
+/* A wait on memory (watch lanes): failures no descriptor of the wait tells
+ * of, looked at every EXEC_WATCH_LOOKS looks: a poisoned comm, a notice on the
+ * bootstrap ring, or that ring's link to the rank watched closed (nothing else
+ * watches a rank that only writes memory). */
+#define EXEC_WATCH_LOOKS 16
+
+static collResult_t exec_watch_failures(struct coll_comm *comm, struct coll_wait *w)
+{
+    collResult_t poisoned = (collResult_t)atomic_load(&comm->async_error);
+    if (poisoned != collSuccess)
+        return poisoned;
+    if ((++w->looks % EXEC_WATCH_LOOKS) != 0)
+        return collSuccess;
+    struct pollfd pf[2];
+    int nn = coll_bootstrap_notice_fds(comm, pf);
+    if (nn > 0 && poll(pf, (nfds_t)nn, 0) > 0)
+        COLL_CHECK(coll_bootstrap_notice_check(comm, pf, nn));
+    int peer = w->watch_peer;
+    if (peer < 0 || coll_bootstrap_gone_neighbour(comm) != peer)
+        return collSuccess;
+    coll_set_error(comm, "%s #%llu: rank %d left while this rank waited for its data in shared "
+                   "memory", comm->op_name, (unsigned long long)comm->seq, peer);
+    coll_comm_blame(comm, peer);
+    coll_comm_poison(comm, collRemoteError);
+    return collRemoteError;
+}
+
 collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
                             struct coll_req *const *reqs, int nreqs)
 {
     /* A rank with a core of its own that waits on shared memory polls again at
      * once: the clock, abort and a yield are looked at every 64th call only. */
     if (w->idle_since != 0 && !comm->oversubscribed && (++w->idle_calls & 63) != 0 &&
-        !coll_fibers_many(comm) && exec_all_cheap(reqs, nreqs, w->steps)) {
+        !coll_fibers_many(comm) && exec_all_cheap(reqs, nreqs, w->steps + w->watches)) {
         coll_exec_cpu_relax();
         return collSuccess;
     }
@@ -327,8 +360,9 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         w->idle_since = now;
         w->woke_idle = false;
         const struct coll_conn *c = exec_waited_conn(comm, reqs, nreqs);
-        if (c != NULL)
-            atomic_store_explicit(&comm->wait_peer, c->peer, memory_order_relaxed);
+        int peer = c != NULL ? c->peer : w->watches > 0 ? w->watch_peer : -1;
+        if (peer >= 0)
+            atomic_store_explicit(&comm->wait_peer, peer, memory_order_relaxed);
     }
     (void)coll_flight_idle(comm, now); /* notes when something last moved */
     if (atomic_load(&comm->aborting)) {
@@ -338,9 +372,11 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
         return collRemoteError;
     }
     if (now >= comm->deadline_ns) {
-        exec_timeout(comm, now, reqs, nreqs, w->steps);
+        exec_timeout(comm, now, reqs, nreqs, w);
         return collTimeout;
     }
+    if (w->watches > 0)
+        COLL_CHECK(exec_watch_failures(comm, w));
     /* With other calls in flight: let them run, or wait for them all. */
     int steps = w->steps;
     int64_t idle_since = w->idle_since;
@@ -360,11 +396,17 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
     /* Over transports whose test() is a few loads (shared memory) a wait keeps
      * polling longer: blocking and waking cost system calls on both sides. */
     int64_t spin = w->spin_ns;
-    if (comm->spin_cheap_ns > spin && exec_all_cheap(reqs, nreqs, steps))
+    if (comm->spin_cheap_ns > spin && exec_all_cheap(reqs, nreqs, steps + w->watches))
         spin = comm->spin_cheap_ns;
     if (now - idle_since < spin) {
         if (comm->spin_yield)
             exec_yield(comm, now, fresh);
+        return collSuccess;
+    }
+    if (w->watches > 0) {
+        /* Memory: no descriptor tells of a store, so the wait goes on polling,
+         * its core yielded at each look. */
+        exec_yield(comm, now, fresh);
         return collSuccess;
     }
     /* Block until a descriptor is ready, the deadline, a wake-up or a 100 ms

@@ -12,6 +12,9 @@ struct coll_wait {
     int64_t spin_ns;    /* how long to poll before blocking */
     unsigned idle_calls;
     int steps;          /* deferred steps (engine.h) the wait is also for */
+    int watches;        /* watch lanes (engine.h) it is for: memory, spun on */
+    int watch_peer;     /* the rank the first of them waits for */
+    unsigned looks;     /* looks at failures while watching (exec.c) */
     bool woke_idle;     /* the last block woke on a descriptor, and nothing moved since */
     bool rescan;        /* the wait let other calls in flight run (fiber.h): the
                          * caller looks at everything again, not only what it waited on */

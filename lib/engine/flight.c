@@ -37,6 +37,7 @@
 #include "internal.h"
 #include "param.h"
 #include "reduce.h"
+#include "transport.h"
 
 #define LD(x) atomic_load_explicit(&(x), memory_order_relaxed)
 #define ST(x, v) atomic_store_explicit(&(x), (v), memory_order_relaxed)
@@ -62,6 +63,9 @@ struct flight_rec {
     _Atomic uint64_t count;
     atomic_int dtype, op, root, peer, state, result;
     _Atomic int64_t start_ns, end_ns;
+    atomic_uint tp_mask;            /* transports posted on (coll_flight_posted) */
+    atomic_bool shared, cut_set;
+    _Atomic uint64_t cut_bytes, cut_pieces;
     atomic_int npeers;              /* slots of peers[] in use, the "other" slot apart */
     struct flight_peer peers[COLL_FLIGHT_PEERS + 1]; /* [COLL_FLIGHT_PEERS]: other peers */
 };
@@ -75,6 +79,8 @@ struct coll_flight {
     int hint;                       /* slot of the last peer looked up */
     uint64_t moves, moves_seen;     /* completions, and as of last_move_ns */
     int64_t last_move_ns;
+    const struct coll_transport *tp; /* the last transport posted on, and its bit */
+    unsigned tp_bit;
 };
 
 collResult_t coll_flight_init(struct coll_comm *comm)
@@ -115,6 +121,11 @@ void coll_flight_begin(struct coll_comm *comm, const struct coll_flight_desc *d)
     STR(r->result, collSuccess);
     STR(r->start_ns, comm->op_start_ns); /* set by coll_exec_begin just before */
     STR(r->end_ns, 0);
+    STR(r->tp_mask, 0u);
+    STR(r->shared, false);
+    STR(r->cut_set, false);
+    STR(r->cut_bytes, 0);
+    STR(r->cut_pieces, 0);
     int used = LD(r->npeers);
     for (int k = 0; k < used; k++) {
         struct flight_peer *p = &r->peers[k];
@@ -202,11 +213,46 @@ static struct flight_peer *flight_slot(struct coll_flight *f, struct flight_rec 
     return &r->peers[n];
 }
 
+void coll_flight_cut(struct coll_comm *comm, size_t piece_bytes, size_t pieces)
+{
+    struct coll_flight *f = comm->flight;
+    if (f == NULL || f->cur == NULL || LD(f->cur->cut_set))
+        return;
+    ST(f->cur->cut_bytes, (uint64_t)piece_bytes);
+    ST(f->cur->cut_pieces, (uint64_t)pieces);
+    ST(f->cur->cut_set, true);
+}
+
+void coll_flight_shared(struct coll_comm *comm)
+{
+    struct coll_flight *f = comm->flight;
+    if (f != NULL && f->cur != NULL)
+        ST(f->cur->shared, true);
+}
+
+/* The bit of tp in a transport mask: its place in the transport table. */
+static unsigned flight_tp_bit(const struct coll_transport *tp)
+{
+    int n;
+    const struct coll_transport *const *table = coll_transport_table(&n);
+    for (int i = 0; i < n; i++)
+        if (table[i] == tp)
+            return 1u << i;
+    return 0;
+}
+
 void coll_flight_posted(struct coll_comm *comm, const struct coll_conn *c, size_t n)
 {
     struct coll_flight *f = comm->flight;
     if (f == NULL || f->cur == NULL)
         return;
+    if (c->tp != f->tp) {
+        f->tp = c->tp;
+        f->tp_bit = flight_tp_bit(c->tp);
+    }
+    unsigned mask = LD(f->cur->tp_mask);
+    if (!(mask & f->tp_bit))
+        ST(f->cur->tp_mask, mask | f->tp_bit);
     struct flight_peer *p = flight_slot(f, f->cur, c->peer);
     if (c->is_send)
         ST(p->sent_posted, LD(p->sent_posted) + n);
@@ -281,7 +327,9 @@ static bool flight_read(const struct flight_rec *r, struct coll_flight_copy *s)
         .name = LDA(r->name), .algo = LDA(r->algo), .seq = LDA(r->seq), .count = LDA(r->count),
         .dtype = LDA(r->dtype), .op = LDA(r->op), .root = LDA(r->root), .peer = LDA(r->peer),
         .state = LDA(r->state), .result = LDA(r->result), .start_ns = LDA(r->start_ns),
-        .end_ns = LDA(r->end_ns)};
+        .end_ns = LDA(r->end_ns), .tp_mask = LDA(r->tp_mask), .shared = LDA(r->shared),
+        .cut_set = LDA(r->cut_set), .cut_bytes = LDA(r->cut_bytes),
+        .cut_pieces = LDA(r->cut_pieces)};
     int n = atomic_load_explicit(&r->npeers, memory_order_acquire);
     s->npeers = n < 0 ? 0 : n > COLL_FLIGHT_PEERS ? COLL_FLIGHT_PEERS : n;
     for (int k = 0; k <= s->npeers; k++) {

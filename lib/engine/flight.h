@@ -56,6 +56,16 @@ void coll_flight_algo(struct coll_comm *comm, const char *algo);
  * the comm prints the recorder (coll_flight_dump), once per comm. */
 void coll_flight_end(struct coll_comm *comm, collResult_t res);
 
+/* How the open record's call cut its buffer into pieces (collCommGetLastCallInfo):
+ * the largest piece's bytes and their number, as the schedule that moves them
+ * says (coll_sched.cut_*, told by the engine).  The first one told stands: an
+ * algorithm whose parts cut it each their own way (hier) tells 0, 0 first. */
+void coll_flight_cut(struct coll_comm *comm, size_t piece_bytes, size_t pieces);
+/* The open record's call moved its bytes through memory every peer of the
+ * comm shares (ll, direct), not over connections: every peer counts, with its
+ * transport. */
+void coll_flight_shared(struct coll_comm *comm);
+
 /* A request of n bytes to or from c's peer was posted (the progress engine). */
 void coll_flight_posted(struct coll_comm *comm, const struct coll_conn *c, size_t n);
 /* n bytes to or from c's peer completed. */
@@ -99,6 +109,10 @@ struct coll_flight_copy {
     uint64_t seq, count;
     int dtype, op, root, peer, state, result;
     int64_t start_ns, end_ns;      /* coll_coarse_ns clock; end 0 while it runs */
+    uint32_t tp_mask;              /* transports posted on, by index in their table */
+    bool shared;                   /* coll_flight_shared */
+    bool cut_set;                  /* coll_flight_cut was told; then: */
+    uint64_t cut_bytes, cut_pieces;
     int npeers;                    /* entries of peers[] before the "other peers" one */
     struct coll_flight_copy_peer {
         int peer;                  /* -1: the other peers together (peers[npeers]) */

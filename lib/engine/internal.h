@@ -159,6 +159,9 @@ struct coll_comm {
     struct coll_direct *direct;          /* the direct allreduce's state (algorithms/direct.c) */
     struct coll_ll *ll;                  /* ll's shared slots (algorithms/ll.c) */
     struct coll_engine *engine;          /* poll set and wake-up of the engine (engine.c) */
+    /* Who runs received pieces' work that may finish later (engine.h); NULL:
+     * the engine, at once. */
+    const struct coll_step_runner *step_runner;
 
     /* Registrations with transports that need them (regcache.c), made on first
      * use; freed before the transports. */
