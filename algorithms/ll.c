@@ -74,6 +74,10 @@ struct coll_ll {
     double alpha_us;            /* an 8 B allreduce, measured at init */
     double full_us;             /* an allreduce of LL_MAX_BYTES, measured at init */
     unsigned char *scratch;     /* n x LL_MAX_BYTES: the inputs, contiguous */
+    /* The engine's schedule of a call's reads, made once (ll_comm_init): a
+     * call sets only what changes, so that it costs no clearing of them. */
+    struct coll_lane lane;
+    struct coll_sched sched;
 };
 
 /* One rank's segment as the others find it. */
@@ -86,20 +90,27 @@ struct ll_desc {
 #define LL_FROM_ALL (-1)
 #define LL_FROM_NONE (-2)
 
-/* The reads of one ll_exchange, as the engine's watch lane (engine.h): piece
- * by piece the lines it waits for, rank by rank in rank order: of a rank whose
- * input it reads, its lines first..last, each copied out once there; of any
- * other, its first line alone (that it arrived).  This rank's own lines are
- * there at once.  The engine polls ready() on the piece at `q`, `line`, under
- * its deadline, abort and the failure notices (exec.c). */
+/* The reads of one ll_exchange, as the engine's watch lane (engine.h), rank
+ * by rank in rank order: of a rank whose input it reads, its lines first..last
+ * in pieces of up to LL_PIECE_LINES, each there once its last line carries the
+ * call's number (a rank writes its lines in order, each with release, so the
+ * last one there says the earlier ones are) and then copied out, while the
+ * rank may still be writing the next; of any other rank one piece, its first
+ * line (that it arrived).  This rank's own pieces are there at once.  The
+ * engine polls ready() under its deadline, abort and the failure notices
+ * (exec.c). */
+#define LL_PIECE_LINES 16
+
 struct ll_read {
     struct coll_comm *comm;
     uint64_t seq;
     size_t slot, from, take, first, last;
+    size_t per;                 /* pieces of a rank whose input it reads */
     int src;
-    int q;                      /* the rank of the next piece, and its line */
-    size_t line;
-    const struct ll_line *l;    /* rank q's lines in the slot */
+    /* The next piece (the one the engine polls): its number, rank and lines. */
+    size_t at, lo, hi;
+    int q;
+    const struct ll_line *lines;
 };
 
 static bool ll_reads_data(const struct ll_read *x, int q)
@@ -107,45 +118,85 @@ static bool ll_reads_data(const struct ll_read *x, int q)
     return x->take > 0 && (x->src == LL_FROM_ALL || x->src == q);
 }
 
-/* Points x at rank q's first piece. */
-static void ll_read_rank(struct ll_read *x, int q)
+/* Piece i's rank and, of a rank read, its lines [*lo_p, *hi_p]. */
+static int ll_piece(const struct ll_read *x, size_t i, size_t *lo_p, size_t *hi_p)
 {
-    x->q = q;
-    if (q < x->comm->nranks) {
-        x->l = (const struct ll_line *)(const void *)(x->comm->ll->peer[q] + x->slot);
-        x->line = ll_reads_data(x, q) ? x->first : 0;
+    int q;
+    size_t j = 0;
+    if (x->take == 0) {
+        q = (int)i;
+    } else if (x->src == LL_FROM_ALL) {
+        q = x->per == 1 ? (int)i : (int)(i / x->per); /* one piece a rank: no division */
+        j = x->per == 1 ? 0 : i % x->per;
+    } else if (i < (size_t)x->src) {
+        q = (int)i;
+    } else if (i < (size_t)x->src + x->per) {
+        q = x->src;
+        j = i - (size_t)x->src;
+    } else {
+        q = (int)(i - x->per + 1);
     }
+    *lo_p = ll_reads_data(x, q) ? x->first + j * LL_PIECE_LINES : 0;
+    *hi_p = ll_reads_data(x, q) && *lo_p + LL_PIECE_LINES - 1 < x->last
+                ? *lo_p + LL_PIECE_LINES - 1
+                : ll_reads_data(x, q) ? x->last : 0;
+    return q;
 }
 
+/* Rank q's lines in the call's slot. */
+static const struct ll_line *ll_lines(const struct ll_read *x, int q)
+{
+    return (const struct ll_line *)(const void *)(x->comm->ll->peer[q] + x->slot);
+}
+
+/* Points x's cursor at piece i. */
+static void ll_read_at(struct ll_read *x, size_t i)
+{
+    x->at = i;
+    if (x->per == 1) { /* a piece a rank (up to LL_PIECE_LINES lines): piece i is rank i */
+        bool data = ll_reads_data(x, (int)i);
+        x->q = (int)i;
+        x->lo = data ? x->first : 0;
+        x->hi = data ? x->last : 0;
+    } else {
+        x->q = ll_piece(x, i, &x->lo, &x->hi);
+    }
+    x->lines = ll_lines(x, x->q);
+}
+
+/* The engine asks for the pieces in order, and for each until it is there:
+ * the cursor answers without working out the piece again. */
 static bool ll_read_ready(void *ctx, const struct coll_lane *l, size_t i)
 {
-    const struct ll_read *x = ctx;
+    struct ll_read *x = ctx;
     (void)l;
-    (void)i;
+    if (i != x->at)
+        ll_read_at(x, i);
     return x->q == x->comm->rank ||
-           atomic_load_explicit(&x->l[x->line].seq, memory_order_acquire) == x->seq;
+           atomic_load_explicit(&x->lines[x->hi].seq, memory_order_acquire) == x->seq;
 }
 
 static collResult_t ll_read_done(void *ctx, struct coll_lane *l, size_t i, void *p)
 {
     struct ll_read *x = ctx;
-    (void)i;
     (void)p;
+    if (i != x->at)
+        ll_read_at(x, i);
     if (ll_reads_data(x, x->q)) {
-        size_t k = x->line, from = x->from, take = x->take;
+        size_t from = x->from, take = x->take;
         unsigned char *dst = x->comm->ll->scratch;
         if (x->src == LL_FROM_ALL)
             dst += (size_t)x->q * take;
-        size_t lo = k * LL_DATA > from ? k * LL_DATA : from;
-        size_t hi = (k + 1) * LL_DATA < from + take ? (k + 1) * LL_DATA : from + take;
-        memcpy(dst + (lo - from), x->l[k].data + (lo - k * LL_DATA), hi - lo);
-        if (k < x->last) {
-            x->line++;
-            return collSuccess;
+        for (size_t k = x->lo; k <= x->hi; k++) {
+            size_t a = k * LL_DATA > from ? k * LL_DATA : from;
+            size_t b = (k + 1) * LL_DATA < from + take ? (k + 1) * LL_DATA : from + take;
+            memcpy(dst + (a - from), x->lines[k].data + (a - k * LL_DATA), b - a);
         }
     }
-    ll_read_rank(x, x->q + 1);
-    l->watch_peer = x->q; /* whom a failed wait names */
+    if (i + 1 < l->total) {
+        ll_read_at(x, i + 1);
+        l->watch_peer = x->q; /* whom a failed wait names */
+    }
     return collSuccess;
 }
 
@@ -177,20 +228,22 @@ static collResult_t ll_exchange(struct coll_comm *comm, const void *in, size_t b
     struct ll_read x = {.comm = comm, .seq = seq, .slot = slot, .from = from, .take = take,
                         .first = from / LL_DATA, .src = src};
     x.last = take ? (from + take - 1) / LL_DATA : x.first;
-    size_t pieces = 0;
+    x.per = (x.last - x.first + LL_PIECE_LINES) / LL_PIECE_LINES;
     uint64_t recvd = 0;
+    size_t pieces = 0;
     for (int q = 0; q < comm->nranks; q++) {
         bool data = ll_reads_data(&x, q);
-        pieces += data ? x.last - x.first + 1 : 1;
+        pieces += data ? x.per : 1;
         if (data && q != comm->rank)
             recvd += take;
     }
-    ll_read_rank(&x, 0);
-    struct coll_lane lane = {.watch = true, .watch_peer = comm->rank == 0 ? 1 : 0,
-                             .total = pieces};
-    struct coll_sched s = {.comm = comm, .ops = &ll_read_ops, .ctx = &x, .lanes = &lane,
-                           .nlanes = 1};
-    COLL_CHECK(coll_engine_run(&s));
+    ll_read_at(&x, 0);
+    struct coll_lane *lane = &ll->lane;
+    lane->done = 0;
+    lane->total = pieces;
+    lane->watch_peer = comm->rank == 0 ? 1 : 0;
+    ll->sched.ctx = &x;
+    COLL_CHECK(coll_engine_run(&ll->sched));
     coll_comm_count_bytes(comm, sent, recvd);
     return collSuccess;
 }
@@ -409,6 +462,9 @@ static collResult_t ll_comm_init(struct coll_comm *comm)
         ll_unmap(comm);
         return res;
     }
+    ll->lane = (struct coll_lane){.watch = true, .comm = comm};
+    ll->sched = (struct coll_sched){.comm = comm, .ops = &ll_read_ops, .lanes = &ll->lane,
+                                    .nlanes = 1};
     ll->on = true;
     /* The planner's figures: the agreed largest medians of timed allreduces of
      * 8 B and of LL_MAX_BYTES, measured once per process for each number of

@@ -102,8 +102,8 @@ static collResult_t call_check(struct coll_comm *comm, const struct call_check *
 
 /* The flight record's description of collective f with a, run by algo (NULL:
  * none ran). */
-static struct coll_flight_desc call_flight_desc(enum coll_func f, const struct coll_args *a,
-                                                const struct coll_algo *algo)
+static inline __attribute__((always_inline)) struct coll_flight_desc
+call_flight_desc(enum coll_func f, const struct coll_args *a, const struct coll_algo *algo)
 {
     bool has_op = f == COLL_FUNC_ALLREDUCE || f == COLL_FUNC_REDUCE ||
                   f == COLL_FUNC_REDUCE_SCATTER;

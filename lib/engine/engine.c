@@ -858,7 +858,7 @@ oneshot_wait(struct coll_comm *comm, struct coll_req **req, int n, size_t bytes,
         if (left == 0)
             return collSuccess;
         if (moved)
-            w.idle_since = 0;
+            coll_exec_moved(&w);
         else
             COLL_CHECK(coll_exec_idle(comm, &w, req, n));
     }
@@ -946,10 +946,73 @@ collResult_t coll_engine_round(struct coll_comm *comm, const struct coll_xfer *x
     return res;
 }
 
+/* Whether every lane of s is a watch lane of its comm (ll's reads). */
+static bool sched_is_watch(const struct coll_sched *s)
+{
+    for (int k = 0; k < s->nlanes; k++)
+        if (!s->lanes[k].watch || (s->lanes[k].comm != NULL && s->lanes[k].comm != s->comm))
+            return false;
+    return s->nlanes > 0 && s->ops->progress == NULL && s->ops->finished == NULL;
+}
+
+/* The engine's loop for a schedule of watch lanes alone: the same rules as the
+ * general loop (take what is there, wait under exec.c's policy for memory),
+ * none of its bookkeeping: ll's calls take a microsecond or less. */
+static collResult_t engine_run_watch(struct coll_sched *s)
+{
+    collResult_t res;
+    struct coll_wait w;
+    bool waited = false; /* w set up: at the first wait, which a call may not need */
+    s->active = 0;
+    for (int k = 0; k < s->nlanes; k++) {
+        s->lanes[k].comm = s->comm;
+        s->active += lane_active(&s->lanes[k]);
+    }
+    bool (*ready)(void *, const struct coll_lane *, size_t) = s->ops->ready;
+    collResult_t (*done)(void *, struct coll_lane *, size_t, void *) = s->ops->done;
+    while (s->active > 0) {
+        bool moved = false;
+        for (int k = 0; k < s->nlanes; k++) {
+            struct coll_lane *l = &s->lanes[k];
+            while (l->done < l->total && ready(s->ctx, l, l->done)) {
+                size_t i = l->done++;
+                moved = true;
+                s->active -= l->done == l->total;
+                if (done != NULL && (res = done(s->ctx, l, i, NULL)) != collSuccess) {
+                    coll_comm_poison(s->comm, res);
+                    return res;
+                }
+            }
+        }
+        if (moved) {
+            if (waited)
+                coll_exec_moved(&w);
+            continue;
+        }
+        if (!waited) {
+            coll_exec_wait_init(s->comm, &w, 0);
+            waited = true;
+        }
+        /* The first lane that waits: its piece polled in a tight loop, the
+         * wait's policy asked between polls. */
+        struct coll_lane *l = s->lanes;
+        while (!lane_active(l))
+            l++;
+        w.watches = s->active;
+        w.watch_peer = l->watch_peer;
+        do
+            COLL_CHECK(coll_exec_idle(s->comm, &w, NULL, 0));
+        while (!ready(s->ctx, l, l->done));
+    }
+    return collSuccess;
+}
+
 collResult_t coll_engine_run(struct coll_sched *s)
 {
     if (s->cut_pieces > 0)
         coll_flight_cut(s->comm, s->cut_bytes, s->cut_pieces);
+    if (sched_is_watch(s))
+        return engine_run_watch(s);
     /* Behind another call in flight, the pieces wait for their connections. */
     if (sched_is_oneshot(s) && !coll_fiber_behind_any(s->comm)) {
         collResult_t res = engine_run_oneshot(s);
@@ -1037,7 +1100,7 @@ collResult_t coll_engine_run(struct coll_sched *s)
                 continue;
             }
             np = -1;
-            w.idle_since = 0;
+            coll_exec_moved(&w);
             if (sched_finished(s))
                 break;
         }
@@ -1067,7 +1130,7 @@ collResult_t coll_engine_run(struct coll_sched *s)
         if (s->ops->progress != NULL && s->ops->progress(s->ctx))
             moved = true;
         if (moved) {
-            w.idle_since = 0;
+            coll_exec_moved(&w);
             continue;
         }
         COLL_CHECK_GOTO(sched_idle(s, &w, pending, waiting, &nwait, &wcomm, &np), res, out);

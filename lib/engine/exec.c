@@ -344,9 +344,48 @@ static collResult_t exec_watch_failures(struct coll_comm *comm, struct coll_wait
     return collRemoteError;
 }
 
+/* A wait on memory alone (watch lanes) polls: the flag waited for is usually
+ * a store another core makes within a microsecond, and no descriptor would
+ * tell of it.  After EXEC_WATCH_SPIN_FREE polls it looks at the call's state
+ * (abort, deadline, and every EXEC_WATCH_LOOKS looks the failures) every
+ * EXEC_WATCH_LOOK_EVERY polls, and yields the core at each look when the host
+ * has more ranks than cores, else every EXEC_WATCH_LOOKS looks (a yield is a
+ * system call, and the flag may land during it). */
+#define EXEC_WATCH_SPIN_FREE 128
+#define EXEC_WATCH_LOOK_EVERY 32
+
+static collResult_t exec_watch_idle(struct coll_comm *comm, struct coll_wait *w)
+{
+    unsigned polls = ++w->idle_calls;
+    if (polls < EXEC_WATCH_SPIN_FREE || polls % EXEC_WATCH_LOOK_EVERY != 0)
+        return collSuccess; /* no pause: it costs a store's arrival up to 140 cycles */
+    int64_t now = coll_now_ns();
+    if (w->idle_since == 0) {
+        w->idle_since = now;
+        atomic_store_explicit(&comm->wait_peer, w->watch_peer, memory_order_relaxed);
+    }
+    (void)coll_flight_idle(comm, now);
+    if (atomic_load(&comm->aborting)) {
+        coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
+                       (unsigned long long)comm->seq);
+        coll_comm_poison(comm, collRemoteError);
+        return collRemoteError;
+    }
+    if (now >= comm->deadline_ns) {
+        exec_timeout(comm, now, NULL, 0, w);
+        return collTimeout;
+    }
+    COLL_CHECK(exec_watch_failures(comm, w));
+    if (comm->oversubscribed || w->looks % EXEC_WATCH_LOOKS == 0)
+        exec_yield(comm, now, false);
+    return collSuccess;
+}
+
 collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
                             struct coll_req *const *reqs, int nreqs)
 {
+    if (w->watches > 0 && nreqs == 0 && w->steps == 0 && !coll_fibers_many(comm))
+        return exec_watch_idle(comm, w);
     /* A rank with a core of its own that waits on shared memory polls again at
      * once: the clock, abort and a yield are looked at every 64th call only. */
     if (w->idle_since != 0 && !comm->oversubscribed && (++w->idle_calls & 63) != 0 &&

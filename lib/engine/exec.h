@@ -42,6 +42,14 @@ static inline void coll_exec_wait_init(const struct coll_comm *comm, struct coll
         .spin_ns = comm->oversubscribed && bytes > COLL_EXEC_SPIN_MAX_BYTES ? 0 : comm->spin_ns};
 }
 
+/* Something moved: the next idle call starts a wait afresh (its spin, its
+ * free polls of memory). */
+static inline void coll_exec_moved(struct coll_wait *w)
+{
+    w->idle_since = 0;
+    w->idle_calls = 0;
+}
+
 /* Yields the core from a wait that polls memory, under the engine's rule (with
  * a core per rank, yields that run nothing else are measured and grow rarer);
  * now is the caller's last clock reading. */
