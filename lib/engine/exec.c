@@ -356,7 +356,9 @@ static collResult_t exec_watch_failures(struct coll_comm *comm, struct coll_wait
 
 static collResult_t exec_watch_idle(struct coll_comm *comm, struct coll_wait *w)
 {
-    unsigned polls = ++w->idle_calls;
+    /* With more ranks than cores the rank written for may need this core:
+     * looks (and yields) come eight times as often. */
+    unsigned polls = ++w->idle_calls << (comm->oversubscribed ? 3 : 0);
     if (polls < EXEC_WATCH_SPIN_FREE || polls % EXEC_WATCH_LOOK_EVERY != 0)
         return collSuccess; /* no pause: it costs a store's arrival up to 140 cycles */
     int64_t now = coll_now_ns();
