@@ -22,8 +22,7 @@ struct machine_entry {
 
 static struct {
     pthread_mutex_t lock;
-    bool file_read;          /* COLL_MODEL_FILE was read (or forgotten) */
-    bool forgotten;          /* coll_machine_forget: the file's figures are stale */
+    bool file_read;          /* COLL_MODEL_FILE was read */
     int n;
     struct machine_entry e[MACHINE_ENTRIES];
 } machine = {.lock = PTHREAD_MUTEX_INITIALIZER};
@@ -127,8 +126,7 @@ static void machine_write(void)
     if (path == NULL || path[0] == '\0')
         return;
     const char *why;
-    if (!machine.forgotten)
-        (void)machine_read(path, &why);
+    (void)machine_read(path, &why);
     char tmp[4096];
     if (snprintf(tmp, sizeof(tmp), "%s.%d.tmp", path, (int)getpid()) >= (int)sizeof(tmp))
         return;
@@ -176,14 +174,6 @@ void coll_machine_put(const char *key, const double *v, size_t n)
     machine_read_once();
     if (machine_store(key, v, n))
         machine_write();
-    pthread_mutex_unlock(&machine.lock);
-}
-
-void coll_machine_forget(void)
-{
-    pthread_mutex_lock(&machine.lock);
-    machine.n = 0;
-    machine.file_read = machine.forgotten = true;
     pthread_mutex_unlock(&machine.lock);
 }
 

@@ -29,9 +29,6 @@ bool coll_machine_get(const char *key, double *v, size_t n);
 /* Stores n figures under key (replacing any), and writes COLL_MODEL_FILE when
  * set.  Thread-safe. */
 void coll_machine_put(const char *key, const double *v, size_t n);
-/* Forgets every stored figure: the next communicator measures again, and the
- * file is not read again (its figures are replaced at the next store). */
-void coll_machine_forget(void);
 
 /* Collective over comm: whether every rank has n figures under its key (each
  * rank's own: ranks may see the machine through different transports), and

@@ -244,6 +244,8 @@ static inline collResult_t coll_conn_irecv(struct coll_conn *c, void *buf, size_
 void coll_transport_sweep(struct coll_comm *comm, int64_t now);
 /* The ordered table of built transports. */
 const struct coll_transport *const *coll_transport_table(int *n_p);
+/* tp's bit in a mask of transports: 1 << its place in the table (0: none). */
+uint32_t coll_transport_bit(const struct coll_transport *tp);
 /* Selects and initialises transports for comm (COLL_TRANSPORTS narrows). */
 collResult_t coll_transport_init(struct coll_comm *comm);
 void coll_transport_fini(struct coll_comm *comm);

@@ -46,17 +46,6 @@ static void last_call_unlock(struct coll_comm *comm)
     atomic_store_explicit(&comm->last_call_lock, 0, memory_order_release);
 }
 
-/* The bit of tp in a transport mask: its place in the transport table. */
-static uint32_t last_tp_bit(const struct coll_transport *tp)
-{
-    int n;
-    const struct coll_transport *const *table = coll_transport_table(&n);
-    for (int i = 0; tp != NULL && i < n; i++)
-        if (table[i] == tp)
-            return 1u << i;
-    return 0;
-}
-
 /* The call's flight record: one of the newest (calls that began after it may
  * still run beside it on a progress thread). */
 static bool last_flight_record(const struct coll_comm *comm, const struct coll_last_call_desc *d,
@@ -82,7 +71,7 @@ static void last_record_peers(const struct coll_comm *comm, const struct coll_fl
         for (int p = 0; p < comm->nranks; p++) {
             if (p == comm->rank)
                 continue;
-            *mask_p |= last_tp_bit(coll_transport_for_peer(comm, p));
+            *mask_p |= coll_transport_bit(coll_transport_for_peer(comm, p));
             ++*peers_p;
         }
         return;

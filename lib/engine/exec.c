@@ -317,6 +317,25 @@ void coll_exec_yield(struct coll_comm *comm, int64_t now)
     exec_yield(comm, now, false);
 }
 
+/* The checks every wait makes when it looks at the call's state: an abort
+ * from another thread, the deadline (the failure described naming what the
+ * wait was for). */
+static collResult_t exec_state(struct coll_comm *comm, int64_t now, struct coll_req *const *reqs,
+                               int nreqs, const struct coll_wait *w)
+{
+    if (atomic_load(&comm->aborting)) {
+        coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
+                       (unsigned long long)comm->seq);
+        coll_comm_poison(comm, collRemoteError);
+        return collRemoteError;
+    }
+    if (now >= comm->deadline_ns) {
+        exec_timeout(comm, now, reqs, nreqs, w);
+        return collTimeout;
+    }
+    return collSuccess;
+}
+
 /* A wait on memory (watch lanes): failures no descriptor of the wait tells
  * of, looked at every EXEC_WATCH_LOOKS looks: a poisoned comm, a notice on the
  * bootstrap ring, or that ring's link to the rank watched closed (nothing else
@@ -367,16 +386,7 @@ static collResult_t exec_watch_idle(struct coll_comm *comm, struct coll_wait *w)
         atomic_store_explicit(&comm->wait_peer, w->watch_peer, memory_order_relaxed);
     }
     (void)coll_flight_idle(comm, now);
-    if (atomic_load(&comm->aborting)) {
-        coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
-                       (unsigned long long)comm->seq);
-        coll_comm_poison(comm, collRemoteError);
-        return collRemoteError;
-    }
-    if (now >= comm->deadline_ns) {
-        exec_timeout(comm, now, NULL, 0, w);
-        return collTimeout;
-    }
+    COLL_CHECK(exec_state(comm, now, NULL, 0, w));
     COLL_CHECK(exec_watch_failures(comm, w));
     if (comm->oversubscribed || w->looks % EXEC_WATCH_LOOKS == 0)
         exec_yield(comm, now, false);
@@ -406,16 +416,7 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
             atomic_store_explicit(&comm->wait_peer, peer, memory_order_relaxed);
     }
     (void)coll_flight_idle(comm, now); /* notes when something last moved */
-    if (atomic_load(&comm->aborting)) {
-        coll_set_error(comm, "%s #%llu: communicator aborted", comm->op_name,
-                       (unsigned long long)comm->seq);
-        coll_comm_poison(comm, collRemoteError);
-        return collRemoteError;
-    }
-    if (now >= comm->deadline_ns) {
-        exec_timeout(comm, now, reqs, nreqs, w);
-        return collTimeout;
-    }
+    COLL_CHECK(exec_state(comm, now, reqs, nreqs, w));
     if (w->watches > 0)
         COLL_CHECK(exec_watch_failures(comm, w));
     /* With other calls in flight: let them run, or wait for them all. */

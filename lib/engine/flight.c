@@ -230,17 +230,6 @@ void coll_flight_shared(struct coll_comm *comm)
         ST(f->cur->shared, true);
 }
 
-/* The bit of tp in a transport mask: its place in the transport table. */
-static unsigned flight_tp_bit(const struct coll_transport *tp)
-{
-    int n;
-    const struct coll_transport *const *table = coll_transport_table(&n);
-    for (int i = 0; i < n; i++)
-        if (table[i] == tp)
-            return 1u << i;
-    return 0;
-}
-
 void coll_flight_posted(struct coll_comm *comm, const struct coll_conn *c, size_t n)
 {
     struct coll_flight *f = comm->flight;
@@ -248,7 +237,7 @@ void coll_flight_posted(struct coll_comm *comm, const struct coll_conn *c, size_
         return;
     if (c->tp != f->tp) {
         f->tp = c->tp;
-        f->tp_bit = flight_tp_bit(c->tp);
+        f->tp_bit = coll_transport_bit(c->tp);
     }
     unsigned mask = LD(f->cur->tp_mask);
     if (!(mask & f->tp_bit))

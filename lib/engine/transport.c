@@ -35,6 +35,16 @@ const struct coll_transport *const *coll_transport_table(int *n_p)
     return transport_table;
 }
 
+uint32_t coll_transport_bit(const struct coll_transport *tp)
+{
+    int n;
+    const struct coll_transport *const *table = coll_transport_table(&n);
+    for (int i = 0; tp != NULL && i < n; i++)
+        if (table[i] == tp)
+            return 1u << i;
+    return 0;
+}
+
 /* True when name is allowed by COLL_TRANSPORTS ("tcp,shm" or "^shm"). */
 static bool transport_allowed(const char *spec, const char *name)
 {
