@@ -4,7 +4,8 @@
  * communicator without rank 2, then run 30 checked allreduces on the new one
  * and destroy both.
  *
- *   test_shrink [--transport shm|tcp] [--mode list|detect|stop] [-n N] [-v]
+ *   test_shrink [--transport shm|tcp] [--mode list|detect|stop|revoke] [-n N]
+ *               [--late-coordinator MS] [-v]
  *
  *   list    rank 2 is killed; the survivors pass excludeRanksList = {2} and
  *           COLL_SHRINK_ABORT
@@ -22,7 +23,10 @@
  *           second revoke is a no-op
  *
  * -n N runs N ranks instead of 4 (3 to 256): with more than 64, the coordinator
- * takes more joins at once than it once had room for.
+ * takes more joins at once than it once had room for.  --late-coordinator MS has
+ * rank 0 wait MS milliseconds before its shrink, so that every other survivor's
+ * join reaches its listener while the status responder still reads it (the
+ * joins are set aside and handed over, none dropped).
  *
  * The ranks are forked here (as in test_kill.c) with COLL_COMM_ID on a free port
  * and COLL_TIMEOUT_MS=3000 (10000 above 16 ranks).  Each survivor prints the time from the failing call's
@@ -51,6 +55,7 @@ static const char *mode = "list";
 static double timeout_s = 3; /* COLL_TIMEOUT_MS */
 static int nranks_all = 4; /* -n */
 static bool verbose;
+static int late_coordinator_ms; /* --late-coordinator */
 
 static double now_s(void)
 {
@@ -161,6 +166,11 @@ static int rank_main(int rank)
         return 19;
     }
 
+    if (rank == 0 && late_coordinator_ms > 0) {
+        struct timespec ts = {late_coordinator_ms / 1000,
+                              (late_coordinator_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
     collComm_t shrunk = NULL;
     int victim = VICTIM;
     bool list = strcmp(mode, "list") == 0 || revoke;
@@ -233,11 +243,13 @@ int main(int argc, char **argv)
             mode = argv[++i];
         else if (strcmp(argv[i], "-n") == 0 && i + 1 < argc)
             nranks_all = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--late-coordinator") == 0 && i + 1 < argc)
+            late_coordinator_ms = atoi(argv[++i]);
         else if (strcmp(argv[i], "-v") == 0)
             verbose = true;
         else {
             fprintf(stderr, "usage: test_shrink [--transport shm|tcp] "
-                    "[--mode list|detect|stop|revoke] [-n N] [-v]\n");
+                    "[--mode list|detect|stop|revoke] [-n N] [--late-coordinator MS] [-v]\n");
             return 2;
         }
     }

@@ -139,7 +139,7 @@ struct shrink {
     /* Connections to this rank's listener that the status responder had set
      * aside unread (joins that came before this shrink): the coordinator reads
      * them with the others; a member closes them. */
-    int handed[COLL_STATUS_HANDOFF_MAX];
+    int *handed;          /* COLL_STATUS_HANDOFF_MAX(nranks) */
     int nhanded;
 };
 
@@ -271,8 +271,9 @@ static collResult_t shrink_coordinate(struct shrink *sh, bool *want, struct coll
     if (res == collSuccess)
         res = coll_calloc(&blamed, (size_t)n);
     if (res == collSuccess)
-        res = coll_hellos_init(&hellos, comm->boot_listen_fd, "shrink: bootstrap listener", n,
-                               sizeof(struct coll_shrink_join), shrink_check, &arg);
+        res = coll_hellos_init(&hellos, comm->boot_listen_fd, "shrink: bootstrap listener",
+                               COLL_STATUS_HANDOFF_MAX(n), sizeof(struct coll_shrink_join),
+                               shrink_check, &arg);
     if (res != collSuccess) {
         free(joined);
         free(p);
@@ -539,8 +540,11 @@ COLL_API collResult_t collCommShrink(collComm_t comm, int *excludeRanksList,
     /* The waits here end on an abort of comm from another thread too. */
     coll_socket_set_cancel(&comm->aborting);
     coll_comm_enter(comm);
-    sh.nhanded = coll_status_pause(comm, sh.handed, COLL_STATUS_HANDOFF_MAX);
-    res = shrink_run(&sh, newcomm, &cfg);
+    res = coll_calloc(&sh.handed, (size_t)COLL_STATUS_HANDOFF_MAX(n));
+    if (res == collSuccess) {
+        sh.nhanded = coll_status_pause(comm, sh.handed, COLL_STATUS_HANDOFF_MAX(n));
+        res = shrink_run(&sh, newcomm, &cfg);
+    }
     for (int i = 0; i < sh.nhanded; i++)
         close(sh.handed[i]);
     coll_status_resume(comm);
@@ -550,6 +554,7 @@ COLL_API collResult_t collCommShrink(collComm_t comm, int *excludeRanksList,
     if (res != collSuccess && res != collInProgress && comm->last_error[0] == '\0')
         coll_set_error(comm, "collCommShrink: %s", collGetLastError(NULL));
 out:
+    free(sh.handed);
     free(sh.excluded);
     return res;
 }

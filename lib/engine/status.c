@@ -52,12 +52,11 @@
 #include "socket.h"
 
 #define STATUS_SORT_MAX 16   /* connections whose first 4 bytes have not come, per listener */
-#define STATUS_PARK_MAX 48   /* shrink joins set aside, per listener */
 #define STATUS_HELLOS_MAX 16 /* status requests being read, per listener */
 #define STATUS_TICK_MS 250   /* the responder wakes at least this often (ages, new comms) */
 #define STATUS_SEND_MS 500   /* an answer the client does not take within this is dropped */
 
-_Static_assert(STATUS_SORT_MAX + STATUS_PARK_MAX <= COLL_STATUS_HANDOFF_MAX,
+_Static_assert(STATUS_SORT_MAX == COLL_STATUS_UNSORTED_MAX,
                "a pause hands over every connection set aside");
 _Static_assert(COLL_FLIGHT_FAILED == 3, "wire.c bounds a call's state by COLL_FLIGHT_FAILED");
 
@@ -71,8 +70,9 @@ struct status_entry {
     struct coll_comm *comm;
     bool paused;                /* a shrink reads the listener */
     int nsort, npark;
+    int park_cap;               /* the communicator's size: a join from every other rank */
     struct status_conn sort[STATUS_SORT_MAX];
-    struct status_conn park[STATUS_PARK_MAX];
+    struct status_conn *park;
     struct coll_hellos hellos;  /* status requests; also names the listener in the log */
 };
 
@@ -170,7 +170,7 @@ static void status_sort_one(struct status_entry *e, int i, int64_t now)
             status_drop(e, &conn, &n, 0, "too many status requests at once");
         }
     } else if (magic == COLL_SHRINK_MAGIC) {
-        if (e->npark == STATUS_PARK_MAX)
+        if (e->npark == e->park_cap)
             status_drop(e, e->park, &e->npark, status_oldest(e->park, e->npark),
                         "too many shrink joins waiting for a shrink");
         conn.partial = false;
@@ -220,13 +220,18 @@ static void status_serve(struct status_entry *e, int64_t now)
     int lfd = e->comm->boot_listen_fd;
     for (int k = 0; k < 4 * STATUS_SORT_MAX; k++) {
         if (e->nsort == STATUS_SORT_MAX) {
-            /* Full: the oldest makes room (a client of ours sends its message
-             * with its connect), only when someone waits to be accepted. */
+            /* Full, and someone waits to be accepted: sort what came (a client
+             * of ours sends its message with its connect; a burst of shrink
+             * joins fills the table faster than a pass sorts it), and only if
+             * nothing could be sorted does the oldest make room. */
             struct pollfd lp = {.fd = lfd, .events = POLLIN};
             if (poll(&lp, 1, 0) != 1)
                 break;
-            status_drop(e, e->sort, &e->nsort, status_oldest(e->sort, e->nsort),
-                        "the table of waiting clients was full (a flood of connections)");
+            for (int i = e->nsort - 1; i >= 0; i--)
+                status_sort_one(e, i, now);
+            if (e->nsort == STATUS_SORT_MAX)
+                status_drop(e, e->sort, &e->nsort, status_oldest(e->sort, e->nsort),
+                            "the table of waiting clients was full (a flood of connections)");
         }
         int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
         if (fd < 0)
@@ -399,11 +404,14 @@ collResult_t coll_status_register(struct coll_comm *comm)
     struct status_entry *e;
     COLL_CHECK(coll_calloc(&e, 1));
     e->comm = comm;
-    collResult_t res = coll_hellos_init(&e->hellos, comm->boot_listen_fd,
-                                        "status: bootstrap listener", STATUS_HELLOS_MAX,
-                                        sizeof(struct coll_status_req), status_check,
-                                        comm->secret);
+    e->park_cap = comm->nranks;
+    collResult_t res = coll_calloc(&e->park, (size_t)e->park_cap);
+    if (res == collSuccess)
+        res = coll_hellos_init(&e->hellos, comm->boot_listen_fd, "status: bootstrap listener",
+                               STATUS_HELLOS_MAX, sizeof(struct coll_status_req), status_check,
+                               comm->secret);
     if (res != collSuccess) {
+        free(e->park);
         free(e);
         return res;
     }
@@ -433,6 +441,7 @@ collResult_t coll_status_register(struct coll_comm *comm)
     pthread_mutex_unlock(&responder.life);
     if (res != collSuccess) {
         coll_hellos_fini(&e->hellos);
+        free(e->park);
         free(e);
         return res;
     }
@@ -476,6 +485,7 @@ void coll_status_unregister(struct coll_comm *comm)
     for (int k = 0; k < e->npark; k++)
         close(e->park[k].fd);
     coll_hellos_fini(&e->hellos);
+    free(e->park);
     free(e);
 }
 

@@ -9,8 +9,10 @@
 
 struct coll_comm;
 
-/* The most connections coll_status_pause hands over. */
-#define COLL_STATUS_HANDOFF_MAX 64
+/* The most connections coll_status_pause hands over for a communicator of n
+ * ranks: a shrink join from each rank, and those not yet sorted. */
+#define COLL_STATUS_UNSORTED_MAX 16
+#define COLL_STATUS_HANDOFF_MAX(n) ((n) + COLL_STATUS_UNSORTED_MAX)
 
 /* Starts answering status queries on comm's bootstrap listener, at the end of
  * a successful init (the responder thread starts with the first communicator
