@@ -36,7 +36,8 @@
  *
  * The 1M+3 count is the slow part.  By default it runs for a subset (every type
  * with sum, every op with float32 and int32, four element sizes for the copies);
- * --full or COLL_TEST_FULL=1 runs all of it, --quick none of it.
+ * --full or COLL_TEST_FULL=1 runs all of it, --quick none of it, and
+ * COLL_TEST_QUICK=1 (the sanitizer pass of .ci/run) none of it unless --full.
  */
 #include <inttypes.h>
 #include <stdbool.h>
@@ -1162,6 +1163,8 @@ int main(int argc, char **argv)
     bool large_when_full = false;
     int nthreads = 0;
 
+    const char *quick = getenv("COLL_TEST_QUICK");
+    bool quick_env = quick && strcmp(quick, "") != 0 && strcmp(quick, "0") != 0;
     if (full_env)
         opts.mode = MODE_FULL;
     for (int i = 1; i < argc; i++) {
@@ -1191,6 +1194,8 @@ int main(int argc, char **argv)
     /* The sweeps with many ranks: their 1M+3 cases only in the full run (CI), as
      * the same cases run with fewer ranks in every run. */
     if (large_when_full && !full_env)
+        opts.mode = MODE_QUICK;
+    if (quick_env && opts.mode == MODE_SUBSET)
         opts.mode = MODE_QUICK;
     return launch_run(nthreads, sweep_body, &opts);
 }
