@@ -1155,16 +1155,21 @@ static unsigned parse_kinds(const char *list, const char *prog)
     return kinds;
 }
 
+/* Whether the variable name is set to something other than "" or "0". */
+static bool env_set(const char *name)
+{
+    const char *v = getenv(name);
+    return v != NULL && strcmp(v, "") != 0 && strcmp(v, "0") != 0;
+}
+
 int main(int argc, char **argv)
 {
     struct sweep_opts opts = {.mode = MODE_SUBSET, .kinds = (1u << K_NUM) - 1};
-    const char *full = getenv("COLL_TEST_FULL");
-    bool full_env = full && strcmp(full, "") != 0 && strcmp(full, "0") != 0;
+    bool full_env = env_set("COLL_TEST_FULL");
     bool large_when_full = false;
     int nthreads = 0;
 
-    const char *quick = getenv("COLL_TEST_QUICK");
-    bool quick_env = quick && strcmp(quick, "") != 0 && strcmp(quick, "0") != 0;
+    bool quick_env = env_set("COLL_TEST_QUICK");
     if (full_env)
         opts.mode = MODE_FULL;
     for (int i = 1; i < argc; i++) {

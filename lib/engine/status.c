@@ -51,13 +51,10 @@
 #include "internal.h"
 #include "socket.h"
 
-#define STATUS_SORT_MAX 16   /* connections whose first 4 bytes have not come, per listener */
 #define STATUS_HELLOS_MAX 16 /* status requests being read, per listener */
 #define STATUS_TICK_MS 250   /* the responder wakes at least this often (ages, new comms) */
 #define STATUS_SEND_MS 500   /* an answer the client does not take within this is dropped */
 
-_Static_assert(STATUS_SORT_MAX == COLL_STATUS_UNSORTED_MAX,
-               "a pause hands over every connection set aside");
 _Static_assert(COLL_FLIGHT_FAILED == 3, "wire.c bounds a call's state by COLL_FLIGHT_FAILED");
 
 struct status_conn {
@@ -70,9 +67,9 @@ struct status_entry {
     struct coll_comm *comm;
     bool paused;                /* a shrink reads the listener */
     int nsort, npark;
-    int park_cap;               /* the communicator's size: a join from every other rank */
-    struct status_conn sort[STATUS_SORT_MAX];
-    struct status_conn *park;
+    /* connections whose first 4 bytes have not come */
+    struct status_conn sort[COLL_STATUS_UNSORTED_MAX];
+    struct status_conn *park;   /* comm->nranks: a join from every other rank */
     struct coll_hellos hellos;  /* status requests; also names the listener in the log */
 };
 
@@ -170,7 +167,7 @@ static void status_sort_one(struct status_entry *e, int i, int64_t now)
             status_drop(e, &conn, &n, 0, "too many status requests at once");
         }
     } else if (magic == COLL_SHRINK_MAGIC) {
-        if (e->npark == e->park_cap)
+        if (e->npark == e->comm->nranks)
             status_drop(e, e->park, &e->npark, status_oldest(e->park, e->npark),
                         "too many shrink joins waiting for a shrink");
         conn.partial = false;
@@ -218,18 +215,23 @@ static void status_answer(struct coll_comm *comm, int fd, const struct coll_stat
 static void status_serve(struct status_entry *e, int64_t now)
 {
     int lfd = e->comm->boot_listen_fd;
-    for (int k = 0; k < 4 * STATUS_SORT_MAX; k++) {
-        if (e->nsort == STATUS_SORT_MAX) {
+    bool sort_frees = true; /* the last sort of the full table made room */
+    for (int k = 0; k < 4 * COLL_STATUS_UNSORTED_MAX; k++) {
+        if (e->nsort == COLL_STATUS_UNSORTED_MAX) {
             /* Full, and someone waits to be accepted: sort what came (a client
              * of ours sends its message with its connect; a burst of shrink
-             * joins fills the table faster than a pass sorts it), and only if
-             * nothing could be sorted does the oldest make room. */
+             * joins fills the table faster than a pass sorts it), and only
+             * when that makes no room does the oldest go.  A sort that made
+             * none (a flood of silent clients) is not tried again this pass. */
             struct pollfd lp = {.fd = lfd, .events = POLLIN};
             if (poll(&lp, 1, 0) != 1)
                 break;
-            for (int i = e->nsort - 1; i >= 0; i--)
-                status_sort_one(e, i, now);
-            if (e->nsort == STATUS_SORT_MAX)
+            if (sort_frees) {
+                for (int i = e->nsort - 1; i >= 0; i--)
+                    status_sort_one(e, i, now);
+                sort_frees = e->nsort < COLL_STATUS_UNSORTED_MAX;
+            }
+            if (!sort_frees)
                 status_drop(e, e->sort, &e->nsort, status_oldest(e->sort, e->nsort),
                             "the table of waiting clients was full (a flood of connections)");
         }
@@ -404,8 +406,7 @@ collResult_t coll_status_register(struct coll_comm *comm)
     struct status_entry *e;
     COLL_CHECK(coll_calloc(&e, 1));
     e->comm = comm;
-    e->park_cap = comm->nranks;
-    collResult_t res = coll_calloc(&e->park, (size_t)e->park_cap);
+    collResult_t res = coll_calloc(&e->park, (size_t)comm->nranks);
     if (res == collSuccess)
         res = coll_hellos_init(&e->hellos, comm->boot_listen_fd, "status: bootstrap listener",
                                STATUS_HELLOS_MAX, sizeof(struct coll_status_req), status_check,

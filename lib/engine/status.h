@@ -9,8 +9,9 @@
 
 struct coll_comm;
 
-/* The most connections coll_status_pause hands over for a communicator of n
- * ranks: a shrink join from each rank, and those not yet sorted. */
+/* Connections the responder holds per listener before their first 4 bytes
+ * have come; coll_status_pause hands over at most, for a communicator of n
+ * ranks, a shrink join from each rank and those. */
 #define COLL_STATUS_UNSORTED_MAX 16
 #define COLL_STATUS_HANDOFF_MAX(n) ((n) + COLL_STATUS_UNSORTED_MAX)
 
