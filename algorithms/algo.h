@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 
+#include "engine.h"
 #include "internal.h"
 
 struct coll_args {
@@ -16,14 +17,26 @@ struct coll_args {
     int root;
 };
 
+struct coll_frame;
+
 struct coll_algo {
     const char *name;
     bool (*can_run)(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a);
+    /* A call, as a program the engine owns (prog.h): built into frame f, whose
+     * program then runs alone or beside other calls in flight.  The
+     * algorithms whose calls still drive the engine themselves have run
+     * instead (they run alone). */
+    collResult_t (*build[COLL_FUNC_COUNT])(struct coll_frame *f, const struct coll_args *a);
     collResult_t (*run[COLL_FUNC_COUNT])(struct coll_comm *comm, const struct coll_args *a);
     /* Predicted time in microseconds of the call under model m (steps x alpha +
      * bytes on the busiest link / beta + reduction); NULL: no prediction. */
     double (*predict)(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
                       const struct coll_model *m);
+    /* Optional: the algorithm declines its calls for now, every rank alike
+     * (the direct allreduce after buffers some rank could not map); count:
+     * this call is one of those it declines.  The call then runs the
+     * planner's next choice. */
+    bool (*skips)(struct coll_comm *comm, bool count);
     /* Optional: the user's settings demand this algorithm for a call it can run
      * (the planner then takes it whatever the predictions say). */
     bool (*forced)(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a);
@@ -32,14 +45,26 @@ struct coll_algo {
     collResult_t (*comm_init)(struct coll_comm *comm);
     void (*comm_fini)(struct coll_comm *comm);
     /* Its calls share state of the comm beyond their connections (the direct
-     * allreduce's segments): with other calls in flight on a stream, one runs
-     * only once every earlier one is over (lib/engine/fiber.h). */
+     * allreduce's segments, ll's slots): on a stream such a call runs alone,
+     * once every earlier one is over. */
     bool exclusive;
-    /* Its calls take about a microsecond (ll): on a stream they run on the
-     * progress thread's own stack, since a fiber would cost about as much as the
-     * call and there is nothing to overlap. */
+    /* Its calls take about a microsecond (ll): on a stream they run at once,
+     * alone, since there is nothing to overlap. */
     bool quick;
 };
+
+/* Whether al runs collective f (as a program or by itself). */
+static inline bool coll_algo_has(const struct coll_algo *al, enum coll_func f)
+{
+    return al->build[f] != NULL || al->run[f] != NULL;
+}
+/* Runs call f of al to its end (alone). */
+collResult_t coll_algo_run(const struct coll_algo *al, enum coll_func f, struct coll_comm *comm,
+                           const struct coll_args *a);
+/* Builds call f of al as a program to run beside others (*p_p: the engine
+ * frees it when it ends); al->build[f] must be set. */
+collResult_t coll_algo_build(const struct coll_algo *al, enum coll_func f, struct coll_comm *comm,
+                             const struct coll_args *a, struct coll_prog **p_p);
 
 /* The table (algorithms/table.c): every algorithm, in the order of COLL_ALGO's
  * bits and of the planner's ties. */
@@ -107,8 +132,8 @@ collResult_t coll_algo_select_other(struct coll_comm *comm, enum coll_func f,
                                     const struct coll_args *a, const struct coll_algo *not,
                                     const struct coll_algo **algo_p);
 /* Whether a quick algorithm can run the call.  COLL_ALGO is not looked at:
- * the answer only keeps a stream's call out of a fiber, and any thread may ask
- * (can_run reads what the comm set up at init). */
+ * the answer only keeps a stream's call out of the set of calls in flight, and
+ * any thread may ask (can_run reads what the comm set up at init). */
 bool coll_algo_quick(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a);
 /* Validates COLL_ALGO at init; collInvalidArgument naming the bad part. */
 collResult_t coll_algo_check_env(struct coll_comm *comm);

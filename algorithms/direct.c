@@ -209,15 +209,21 @@ static collResult_t direct_map_all(struct coll_comm *comm, const struct coll_arg
     return res;
 }
 
-static collResult_t direct_allreduce(struct coll_comm *comm, const struct coll_args *a)
+/* The calls after a fallback decline without asking (DIRECT_RETRY_AFTER). */
+static bool direct_skips(struct coll_comm *comm, bool count)
 {
     struct coll_direct *d = comm->direct;
+    if (d->skip == 0)
+        return false;
+    if (count)
+        d->skip--;
+    return true;
+}
+
+static collResult_t direct_allreduce(struct coll_comm *comm, const struct coll_args *a)
+{
     int n = comm->nranks, r = comm->rank;
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
-    if (d->skip > 0) {
-        d->skip--;
-        return COLL_ALGO_DECLINED;
-    }
     struct direct_bufs *buf;
     COLL_CHECK(coll_calloc(&buf, (size_t)n));
     bool ok;
@@ -309,5 +315,6 @@ const struct coll_algo coll_algo_direct = {
     .forced = direct_forced,
     .comm_init = direct_comm_init,
     .comm_fini = direct_comm_fini,
+    .skips = direct_skips,
     .exclusive = true,
 };

@@ -179,7 +179,7 @@ static collResult_t tree_xfer(struct coll_comm *comm, const struct coll_ring_gro
     if (bytes == 0)
         return collSuccess;
     COLL_CHECK(coll_transport_get_conn(comm, g->members[p], send, &x.conn));
-    return coll_engine_round(comm, &x, 1, false);
+    return coll_engine_round(comm, &x, 1);
 }
 
 collResult_t coll_group_tree_bcast(struct coll_comm *comm, const struct coll_ring_group *g,

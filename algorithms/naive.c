@@ -54,12 +54,12 @@
 #include "algo.h"
 #include "engine.h"
 #include "pattern.h"
+#include "prog.h"
 #include "reduce.h"
 
 #define NAIVE_WINDOW 32                     /* requests in flight per stream; >= depth */
 #define NAIVE_SCRATCH_MAX ((size_t)64 << 20) /* the root's slots, all peers together */
 #define NAIVE_SLOT_ALIGN 64
-#define NAIVE_STACK_LINKS 16                /* links whose lanes live on the stack */
 
 /* The root's exchange with one peer, or a peer's with the root: two ordered
  * streams of pieces, the engine's lanes 2i (receive) and 2i+1 (send) for link i. */
@@ -340,22 +340,16 @@ static void naive_counts(const struct naive_run *x, size_t *to_root_p, size_t *f
     }
 }
 
-/* Sets up the links (send connections first: a connect completes in the peer's
- * backlog, an accept waits for the peer's connect) and runs the exchange. */
-static collResult_t naive_exchange(struct naive_run *x)
+/* Sets up the links (a send's connection now: a connect completes in the
+ * peer's backlog; a receive's not made yet is accepted by the engine as the
+ * stage runs) and hands the exchange over as the call's stage. */
+static collResult_t naive_exchange(struct coll_frame *fr, struct naive_run *x)
 {
     struct coll_comm *comm = x->comm;
-    collResult_t res = collSuccess;
     x->nlinks = x->is_root ? x->n - 1 : 1;
-    /* Every link and lane is written below: a few on the stack, more on the heap. */
-    struct naive_link stack_links[NAIVE_STACK_LINKS];
-    struct coll_lane stack_lanes[2 * NAIVE_STACK_LINKS];
-    x->links = stack_links;
-    x->lanes = stack_lanes;
-    if (x->nlinks > NAIVE_STACK_LINKS) {
-        COLL_CHECK(coll_calloc(&x->links, (size_t)x->nlinks));
-        COLL_CHECK_GOTO(coll_calloc(&x->lanes, 2 * (size_t)x->nlinks), res, out_links);
-    }
+    COLL_CHECK(coll_frame_alloc(fr, (size_t)x->nlinks * sizeof(*x->links), (void **)&x->links));
+    COLL_CHECK(coll_frame_alloc(fr, 2 * (size_t)x->nlinks * sizeof(*x->lanes),
+                                (void **)&x->lanes));
     for (int li = 0; li < x->nlinks; li++) {
         size_t to_root, from_root;
         x->links[li].peer = x->is_root ? (li < x->root ? li : li + 1) : x->root;
@@ -367,14 +361,9 @@ static collResult_t naive_exchange(struct naive_run *x)
                                                   .window = NAIVE_WINDOW,
                                                   .total = x->is_root ? from_root : to_root};
     }
-    for (int pass = 0; pass < 2; pass++) /* sends first */
-        for (int li = 0; li < x->nlinks; li++) {
-            struct coll_lane *l = &x->lanes[2 * li + (pass == 0)];
-            if (l->total > 0)
-                COLL_CHECK_GOTO(coll_transport_get_conn(comm, x->links[li].peer, l->is_send,
-                                                        &l->conn),
-                                res, out_lanes);
-        }
+    for (int k = 0; k < 2 * x->nlinks; k++)
+        if (x->lanes[k].total > 0)
+            COLL_CHECK(coll_lane_link(comm, &x->lanes[k], x->links[k / 2].peer));
     struct coll_sched sched = {.comm = comm, .ops = naive_sched_ops(x), .ctx = x,
                                .lanes = x->lanes, .nlanes = 2 * x->nlinks,
                                .piece_bytes = x->slot_bytes, .last = true,
@@ -382,14 +371,8 @@ static collResult_t naive_exchange(struct naive_run *x)
                                .cut_bytes = x->kb ? (x->a->count + x->kb - 1) / x->kb * x->esize
                                                   : 0,
                                .cut_pieces = x->nslices};
-    res = coll_engine_run(&sched);
-out_lanes:
-    if (x->lanes != stack_lanes)
-        free(x->lanes);
-out_links:
-    if (x->links != stack_links)
-        free(x->links);
-    return res;
+    coll_frame_stage(fr, &sched);
+    return collSuccess;
 }
 
 /* Bytes of one slice: COLL_CHUNKSIZE, smaller when the root's depth x n slots
@@ -404,9 +387,12 @@ static size_t naive_slice_elems(const struct coll_comm *comm, size_t esize)
     return e ? e : 1;
 }
 
-static collResult_t naive_run(struct coll_comm *comm, enum coll_func f,
+static collResult_t naive_run(struct coll_frame *fr, enum coll_func f,
                               const struct coll_args *a, int root)
 {
+    struct coll_comm *comm = fr->prog.comm;
+    struct naive_run *xp;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*xp), (void **)&xp));
     struct naive_run x = {.comm = comm, .a = a, .f = f, .n = comm->nranks, .rank = comm->rank,
                           .root = root, .is_root = comm->rank == root,
                           .esize = coll_dtype_size(a->dtype)};
@@ -424,54 +410,60 @@ static collResult_t naive_run(struct coll_comm *comm, enum coll_func f,
         for (size_t i = 0; i < x.W; i++)
             x.next_rank[i] = 1;
     }
-    return naive_exchange(&x);
+    *xp = x;
+    return naive_exchange(fr, xp);
 }
 
-static collResult_t naive_allreduce(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t naive_allreduce(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t bytes = a->count * coll_dtype_size(a->dtype);
     if (comm->nranks == 1 || bytes == 0) {
         if (a->recvbuf != a->sendbuf && bytes > 0)
             memcpy(a->recvbuf, a->sendbuf, bytes);
         return collSuccess;
     }
-    return naive_run(comm, COLL_FUNC_ALLREDUCE, a, 0);
+    return naive_run(fr, COLL_FUNC_ALLREDUCE, a, 0);
 }
 
-static collResult_t naive_reduce(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t naive_reduce(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t bytes = a->count * coll_dtype_size(a->dtype);
     if (comm->nranks == 1 || bytes == 0) {
         if (comm->rank == a->root && a->recvbuf != a->sendbuf && bytes > 0)
             memcpy(a->recvbuf, a->sendbuf, bytes);
         return collSuccess;
     }
-    return naive_run(comm, COLL_FUNC_REDUCE, a, a->root);
+    return naive_run(fr, COLL_FUNC_REDUCE, a, a->root);
 }
 
-static collResult_t naive_broadcast(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t naive_broadcast(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t bytes = a->count * coll_dtype_size(a->dtype);
     if (comm->rank == a->root && a->recvbuf != a->sendbuf && bytes > 0)
         memcpy(a->recvbuf, a->sendbuf, bytes);
     if (comm->nranks == 1 || bytes == 0)
         return collSuccess;
-    return naive_run(comm, COLL_FUNC_BROADCAST, a, a->root);
+    return naive_run(fr, COLL_FUNC_BROADCAST, a, a->root);
 }
 
-static collResult_t naive_allgather(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t naive_allgather(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t bytes = a->count * coll_dtype_size(a->dtype);
     char *own = (char *)a->recvbuf + (size_t)comm->rank * bytes;
     if (own != a->sendbuf && bytes > 0)
         memcpy(own, a->sendbuf, bytes);
     if (comm->nranks == 1 || bytes == 0)
         return collSuccess;
-    return naive_run(comm, COLL_FUNC_ALLGATHER, a, 0);
+    return naive_run(fr, COLL_FUNC_ALLGATHER, a, 0);
 }
 
-static collResult_t naive_reduce_scatter(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t naive_reduce_scatter(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t bytes = a->count * coll_dtype_size(a->dtype);
     if (comm->nranks == 1 || bytes == 0) {
         const char *own = (const char *)a->sendbuf + (size_t)comm->rank * bytes;
@@ -479,7 +471,7 @@ static collResult_t naive_reduce_scatter(struct coll_comm *comm, const struct co
             memcpy(a->recvbuf, own, bytes);
         return collSuccess;
     }
-    return naive_run(comm, COLL_FUNC_REDUCE_SCATTER, a, 0);
+    return naive_run(fr, COLL_FUNC_REDUCE_SCATTER, a, 0);
 }
 
 static bool naive_can_run(const struct coll_comm *comm, enum coll_func f,
@@ -531,7 +523,7 @@ static double naive_predict(const struct coll_comm *comm, enum coll_func f,
 const struct coll_algo coll_algo_naive = {
     .name = "naive",
     .can_run = naive_can_run,
-    .run = {[COLL_FUNC_ALLREDUCE] = naive_allreduce,
+    .build = {[COLL_FUNC_ALLREDUCE] = naive_allreduce,
             [COLL_FUNC_BROADCAST] = naive_broadcast,
             [COLL_FUNC_REDUCE] = naive_reduce,
             [COLL_FUNC_ALLGATHER] = naive_allgather,

@@ -12,15 +12,12 @@
 
 enum { PIPE_RECV, PIPE_SEND };
 
-/* Pipes run together: lanes 2k (receive) and 2k + 1 (send) are pipe k's. */
-struct pipe_run {
-    struct coll_pipe *p;
-    struct coll_lane *lane;
-};
-
-static struct coll_pipe *pipe_of(const struct pipe_run *x, const struct coll_lane *l)
+/* Pipes run together (struct coll_pipes_stage, the schedule's ctx): lanes 2k
+ * (receive) and 2k + 1 (send) are pipe k's. */
+static const struct coll_pipe *pipe_of(const void *ctx, const struct coll_lane *l)
 {
-    return &x->p[l->tag / 2];
+    const struct coll_pipes_stage *st = ctx;
+    return &st->p[l->tag / 2];
 }
 
 static void pipe_buf(void *ctx, const struct coll_lane *l, size_t i, void **buf, size_t *bytes)
@@ -66,16 +63,15 @@ static const struct coll_sched_ops pipe_ops_consume = {
     .buf = pipe_buf, .done = pipe_done, .consume = pipe_consume,
 };
 
-collResult_t coll_pipes_run(struct coll_pipe *ps, int n)
+void coll_pipes_stage(const struct coll_pipe *ps, int n, struct coll_pipes_stage *st,
+                      struct coll_sched *s)
 {
-    struct coll_lane lanes[2 * COLL_PIPES_MAX];
-    if (n < 1 || n > COLL_PIPES_MAX)
-        return collInternalError;
-    struct pipe_run x = {.p = ps, .lane = lanes};
+    struct coll_lane *lanes = st->lanes;
     bool consume = false, last = false, defer = true;
     size_t piece = 0, cut_bytes = 0, cut_pieces = 0;
     for (int k = 0; k < n; k++) {
-        struct coll_pipe *p = &ps[k];
+        const struct coll_pipe *p = &st->p[k];
+        st->p[k] = ps[k];
         size_t window = p->window < 1 ? 1 : p->window;
         if (window > COLL_PIPE_MAX_WINDOW)
             window = COLL_PIPE_MAX_WINDOW;
@@ -106,10 +102,19 @@ collResult_t coll_pipes_run(struct coll_pipe *ps, int n)
         cut_bytes = p->cut_bytes > cut_bytes ? p->cut_bytes : cut_bytes;
         piece = p->piece_bytes > piece ? p->piece_bytes : piece;
     }
-    struct coll_sched s = {.comm = ps[0].comm, .ops = consume ? &pipe_ops_consume : &pipe_ops,
-                           .ctx = &x, .lanes = lanes, .nlanes = 2 * n, .piece_bytes = piece,
-                           .last = last, .defer = defer, .cut_bytes = cut_bytes,
-                           .cut_pieces = cut_pieces};
+    *s = (struct coll_sched){.comm = ps[0].comm, .ops = consume ? &pipe_ops_consume : &pipe_ops,
+                             .ctx = st, .lanes = lanes, .nlanes = 2 * n, .piece_bytes = piece,
+                             .last = last, .defer = defer, .cut_bytes = cut_bytes,
+                             .cut_pieces = cut_pieces};
+}
+
+collResult_t coll_pipes_run(struct coll_pipe *ps, int n)
+{
+    if (n < 1 || n > COLL_PIPES_MAX)
+        return collInternalError;
+    struct coll_pipes_stage st;
+    struct coll_sched s;
+    coll_pipes_stage(ps, n, &st, &s);
     return coll_engine_run(&s);
 }
 

@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include "engine.h"
 #include "internal.h"
 
 struct coll_pipe {
@@ -73,5 +74,15 @@ collResult_t coll_pipe_run(struct coll_pipe *p);
  * and each keeps its own lags.  last: any of them. */
 #define COLL_PIPES_MAX 4
 collResult_t coll_pipes_run(struct coll_pipe *ps, int n);
+
+/* The schedule of pipes run at once, and what it needs while it runs. */
+struct coll_pipes_stage {
+    struct coll_pipe p[COLL_PIPES_MAX];
+    struct coll_lane lanes[2 * COLL_PIPES_MAX];
+};
+/* Copies ps[0..n) (1 <= n <= COLL_PIPES_MAX) into st and sets *s to their
+ * schedule, which lives as long as st does. */
+void coll_pipes_stage(const struct coll_pipe *ps, int n, struct coll_pipes_stage *st,
+                      struct coll_sched *s);
 
 #endif

@@ -36,94 +36,178 @@
 #include "algo.h"
 #include "engine.h"
 #include "pattern.h"
+#include "prog.h"
 #include "reduce.h"
 
-/* Sends sbytes of sbuf to rank `to` while receiving rbytes into rbuf from rank
- * `from` (one round of the engine); either size may be 0 (that side is
- * skipped). */
-static collResult_t rd_sendrecv(struct coll_comm *comm, int to, const void *sbuf, size_t sbytes,
-                                int from, void *rbuf, size_t rbytes)
+/* A call's rounds: the program's state (prog.h), in its frame. */
+struct rd_run {
+    struct coll_frame *fr;
+    const struct coll_args *a;
+    size_t bytes;        /* allreduce: the buffer; allgather: one block */
+    int n, r, p, e, v, d;
+    int peer;            /* allreduce: the partner of the round in flight */
+    int pc;
+    char *tmp;
+    struct coll_xfer x[2];
+    struct coll_lane lanes[2];
+    struct coll_sched sched;
+};
+
+/* The next stage: sends sbytes of sbuf to rank `to` while receiving rbytes into
+ * rbuf from rank `from`; either size may be 0 (that side is skipped).  The send
+ * connection is made now (connecting waits for no one); a receive connection
+ * not made yet is accepted by the engine while the round runs. */
+static collResult_t rd_round(struct rd_run *x, int to, const void *sbuf, size_t sbytes, int from,
+                             void *rbuf, size_t rbytes)
 {
-    struct coll_xfer x[2] = {
-        {.buf = rbuf, .bytes = rbytes},
-        {.buf = (void *)sbuf, .bytes = sbytes, .is_send = true},
-    };
-    /* The send side first: connecting does not wait for the peer, accepting
-     * does, and the peer may be accepting from us at the same moment. */
-    if (sbytes > 0)
-        COLL_CHECK(coll_transport_get_conn(comm, to, true, &x[1].conn));
+    struct coll_comm *comm = x->fr->prog.comm;
+    x->x[0] = (struct coll_xfer){.buf = rbuf, .bytes = rbytes};
+    x->x[1] = (struct coll_xfer){.buf = (void *)sbuf, .bytes = sbytes, .is_send = true};
+    coll_round_sched(comm, x->x, 2, x->lanes, &x->sched);
     if (rbytes > 0)
-        COLL_CHECK(coll_transport_get_conn(comm, from, false, &x[0].conn));
-    return coll_engine_round(comm, x, 2, false);
+        COLL_CHECK(coll_lane_link(comm, &x->lanes[0], from));
+    if (sbytes > 0)
+        COLL_CHECK(coll_lane_link(comm, &x->lanes[1], to));
+    x->fr->prog.sched = &x->sched;
+    return collSuccess;
 }
 
-static collResult_t rd_allreduce(struct coll_comm *comm, const struct coll_args *a)
-{
-    size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
-    int n = comm->nranks, r = comm->rank;
-    char *out = a->recvbuf;
-    if (a->sendbuf != a->recvbuf && bytes > 0)
-        memcpy(out, a->sendbuf, bytes);
-    if (n == 1 || bytes == 0)
-        return collSuccess;
-    int p = coll_pow2_floor(n), e = n - p; /* p ranks take part in the rounds */
-    char *tmp;
-    COLL_CHECK(coll_comm_scratch(comm, bytes, (void **)&tmp));
+/* The state of an allreduce between its stages. */
+enum { RD_START, RD_FOLDED, RD_ROUND, RD_ROUND_DONE, RD_UNFOLD, RD_LAST, RD_END };
 
-    /* Fold: even ranks below 2e hand their buffer to the odd rank above. */
-    if (r < 2 * e && r % 2 == 0) {
-        COLL_CHECK(rd_sendrecv(comm, r + 1, out, bytes, -1, NULL, 0));
-    } else {
-        if (r < 2 * e) {
-            COLL_CHECK(rd_sendrecv(comm, -1, NULL, 0, r - 1, tmp, bytes));
-            coll_reduce(a->op, a->dtype, out, tmp, out, a->count); /* rank r-1 first */
-        }
-        int v = r < 2 * e ? r / 2 : r - e;
-        for (int d = 1; d < p; d *= 2) {
-            int pv = v ^ d;
+static collResult_t rd_allreduce_next(struct coll_prog *prog)
+{
+    struct rd_run *x = ((struct coll_frame *)prog)->state;
+    const struct coll_args *a = x->a;
+    char *out = a->recvbuf;
+    int r = x->r, e = x->e;
+    prog->sched = NULL;
+    for (;;) {
+        switch (x->pc) {
+        case RD_START: /* fold: even ranks below 2e hand their buffer to the odd one above */
+            x->d = 1;
+            if (r < 2 * e && r % 2 == 0) {
+                x->pc = RD_UNFOLD;
+                return rd_round(x, r + 1, out, x->bytes, -1, NULL, 0);
+            }
+            x->pc = r < 2 * e ? RD_FOLDED : RD_ROUND;
+            if (r < 2 * e)
+                return rd_round(x, -1, NULL, 0, r - 1, x->tmp, x->bytes);
+            break;
+        case RD_FOLDED:
+            coll_reduce(a->op, a->dtype, out, x->tmp, out, a->count); /* rank r-1 first */
+            x->pc = RD_ROUND;
+            break;
+        case RD_ROUND:
+            if (x->d >= x->p) {
+                x->pc = RD_UNFOLD;
+                break;
+            }
+            int pv = x->v ^ x->d;
+            x->peer = pv;
             int peer = pv < e ? 2 * pv + 1 : pv + e;
-            COLL_CHECK(rd_sendrecv(comm, peer, out, bytes, peer, tmp, bytes));
-            if (pv < v)
-                coll_reduce(a->op, a->dtype, out, tmp, out, a->count);
+            x->pc = RD_ROUND_DONE;
+            return rd_round(x, peer, out, x->bytes, peer, x->tmp, x->bytes);
+        case RD_ROUND_DONE: /* the lower-numbered rank's operand first */
+            if (x->peer < x->v)
+                coll_reduce(a->op, a->dtype, out, x->tmp, out, a->count);
             else
-                coll_reduce(a->op, a->dtype, out, out, tmp, a->count);
+                coll_reduce(a->op, a->dtype, out, out, x->tmp, a->count);
+            x->d *= 2;
+            x->pc = RD_ROUND;
+            break;
+        case RD_UNFOLD: /* the odd ranks below 2e hand the result back */
+            x->pc = RD_LAST;
+            if (r < 2 * e)
+                return r % 2 == 0 ? rd_round(x, -1, NULL, 0, r + 1, out, x->bytes)
+                                  : rd_round(x, r - 1, out, x->bytes, -1, NULL, 0);
+            break;
+        case RD_LAST:
+            if (a->op == collAvg)
+                coll_reduce_div(a->dtype, out, out, a->count, x->n);
+            x->pc = RD_END;
+            return collSuccess;
+        default:
+            return collSuccess;
         }
     }
-    /* Unfold: the odd ranks below 2e hand the result back. */
-    if (r < 2 * e)
-        COLL_CHECK(r % 2 == 0 ? rd_sendrecv(comm, -1, NULL, 0, r + 1, out, bytes)
-                              : rd_sendrecv(comm, r - 1, out, bytes, -1, NULL, 0));
-    if (a->op == collAvg)
-        coll_reduce_div(a->dtype, out, out, a->count, n);
+}
+
+/* A frame's program with rounds of its own: x in the frame, its next() set. */
+static collResult_t rd_start(struct coll_frame *fr, const struct coll_args *a, size_t tmp_bytes,
+                             collResult_t (*next)(struct coll_prog *), struct rd_run **x_p)
+{
+    struct coll_comm *comm = fr->prog.comm;
+    struct rd_run *x;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*x), (void **)&x));
+    x->fr = fr;
+    x->a = a;
+    x->n = comm->nranks;
+    x->r = comm->rank;
+    COLL_CHECK(coll_comm_scratch(comm, tmp_bytes, (void **)&x->tmp));
+    fr->state = x;
+    fr->prog.next = next;
+    *x_p = x;
+    return collSuccess;
+}
+
+static collResult_t rd_allreduce(struct coll_frame *fr, const struct coll_args *a)
+{
+    size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
+    int n = fr->prog.comm->nranks, r = fr->prog.comm->rank;
+    if (a->sendbuf != a->recvbuf && bytes > 0)
+        memcpy(a->recvbuf, a->sendbuf, bytes);
+    if (n == 1 || bytes == 0)
+        return collSuccess;
+    struct rd_run *x;
+    COLL_CHECK(rd_start(fr, a, bytes, rd_allreduce_next, &x));
+    x->bytes = bytes;
+    x->p = coll_pow2_floor(n); /* p ranks take part in the rounds */
+    x->e = n - x->p;
+    x->v = r < 2 * x->e ? r / 2 : r - x->e;
     return collSuccess;
 }
 
 /* Bruck's allgather into tmp (rotated: position j holds rank r + j), then one
  * copy into rank order. */
-static collResult_t rd_allgather(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t rd_allgather_next(struct coll_prog *prog)
+{
+    struct rd_run *x = ((struct coll_frame *)prog)->state;
+    int n = x->n, r = x->r, d = x->d;
+    size_t bytes = x->bytes;
+    prog->sched = NULL;
+    if (x->pc == RD_END)
+        return collSuccess;
+    if (d < n) {
+        size_t cnt = (size_t)(d < n - d ? d : n - d);
+        x->d *= 2;
+        return rd_round(x, coll_mod((long)r - d, n), x->tmp, cnt * bytes, (r + d) % n,
+                        x->tmp + (size_t)d * bytes, cnt * bytes);
+    }
+    /* tmp[j] is rank r + j: ranks r..n-1 first, then 0..r-1. */
+    char *out = x->a->recvbuf;
+    memcpy(out + (size_t)r * bytes, x->tmp, (size_t)(n - r) * bytes);
+    memcpy(out, x->tmp + (size_t)(n - r) * bytes, (size_t)r * bytes);
+    x->pc = RD_END;
+    return collSuccess;
+}
+
+static collResult_t rd_allgather(struct coll_frame *fr, const struct coll_args *a)
 {
     size_t bytes = a->count * coll_dtype_size(a->dtype);
-    int n = comm->nranks, r = comm->rank;
-    char *out = a->recvbuf;
-    const char *in = a->sendbuf;
+    int n = fr->prog.comm->nranks;
     if (bytes == 0)
         return collSuccess;
     if (n == 1) {
-        if (out != in)
-            memcpy(out, in, bytes);
+        if (a->recvbuf != a->sendbuf)
+            memcpy(a->recvbuf, a->sendbuf, bytes);
         return collSuccess;
     }
-    char *tmp;
-    COLL_CHECK(coll_comm_scratch(comm, (size_t)n * bytes, (void **)&tmp));
-    memcpy(tmp, in, bytes); /* in may be out's block r: read it before writing out */
-    for (int d = 1; d < n; d *= 2) {
-        size_t cnt = (size_t)(d < n - d ? d : n - d);
-        COLL_CHECK(rd_sendrecv(comm, coll_mod((long)r - d, n), tmp, cnt * bytes,
-                               (r + d) % n, tmp + (size_t)d * bytes, cnt * bytes));
-    }
-    /* tmp[j] is rank r + j: ranks r..n-1 first, then 0..r-1. */
-    memcpy(out + (size_t)r * bytes, tmp, (size_t)(n - r) * bytes);
-    memcpy(out, tmp + (size_t)(n - r) * bytes, (size_t)r * bytes);
+    struct rd_run *x;
+    COLL_CHECK(rd_start(fr, a, (size_t)n * bytes, rd_allgather_next, &x));
+    x->bytes = bytes;
+    x->d = 1;
+    memcpy(x->tmp, a->sendbuf, bytes); /* in may be out's block r: read it before writing out */
     return collSuccess;
 }
 
@@ -164,6 +248,6 @@ static double rd_predict(const struct coll_comm *comm, enum coll_func f,
 const struct coll_algo coll_algo_rd = {
     .name = "rd",
     .can_run = rd_can_run,
-    .run = {[COLL_FUNC_ALLREDUCE] = rd_allreduce, [COLL_FUNC_ALLGATHER] = rd_allgather},
+    .build = {[COLL_FUNC_ALLREDUCE] = rd_allreduce, [COLL_FUNC_ALLGATHER] = rd_allgather},
     .predict = rd_predict,
 };

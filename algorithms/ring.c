@@ -40,6 +40,7 @@
 #include "exec.h"
 #include "pattern.h"
 #include "pipe.h"
+#include "prog.h"
 #include "reduce.h"
 #include "ring.h"
 
@@ -255,8 +256,8 @@ static size_t ring_slice_elems(const struct coll_comm *comm, size_t esize)
 /* Runs the ring pipeline described by x (nrs reduce-scatter steps, then
  * nsteps - nrs allgather steps); reg (reg_bytes), when not NULL, is the user
  * buffer that pieces are sent from and land in as they are (pipe.h). */
-static collResult_t ring_run(struct ring_ctx *x, int nsteps, void *reg, size_t reg_bytes,
-                             bool last)
+static collResult_t ring_run(struct coll_frame *fr, struct ring_ctx *x, int nsteps, void *reg,
+                             size_t reg_bytes, bool last)
 {
     if (x->G == 0)
         x->G = x->K;
@@ -280,7 +281,8 @@ static collResult_t ring_run(struct ring_ctx *x, int nsteps, void *reg, size_t r
         p.cut_pieces += len < x->K ? len : x->K;
     }
     COLL_CHECK(ring_conns(x, &p.send_conn, &p.recv_conn));
-    return coll_pipe_run(&p);
+    coll_frame_pipes(fr, &p, 1);
+    return collSuccess;
 }
 
 struct coll_ring_group coll_ring_flat(const struct coll_comm *comm)
@@ -289,10 +291,13 @@ struct coll_ring_group coll_ring_flat(const struct coll_comm *comm)
                                     .members = comm->hosts.order};
 }
 
-static collResult_t ring_allgather_impl(struct coll_comm *comm, const void *in, void *out,
-                                        size_t count, collDataType_t dtype)
+static collResult_t ring_allgather(struct coll_frame *fr, const struct coll_args *a)
 {
-    size_t esize = coll_dtype_size(dtype);
+    struct coll_comm *comm = fr->prog.comm;
+    const void *in = a->sendbuf;
+    void *out = a->recvbuf;
+    size_t count = a->count;
+    size_t esize = coll_dtype_size(a->dtype);
     int n = comm->nranks, r = comm->rank;
     char *own = (char *)out + (size_t)r * count * esize;
     if (own != in && count > 0)
@@ -300,18 +305,14 @@ static collResult_t ring_allgather_impl(struct coll_comm *comm, const void *in, 
     if (n == 1 || count == 0)
         return collSuccess;
     struct coll_ring_group g = coll_ring_flat(comm);
-    struct coll_args a = {.sendbuf = in, .recvbuf = out, .count = count, .dtype = dtype};
-    struct ring_ctx x = {.comm = comm, .a = &a, .n = n, .r = g.pos, .members = g.members,
-                         .esize = esize, .nrs = 0, .blocks = true, .in = in, .out = out};
-    x.K = coll_slices(count, ring_slice_elems(comm, esize));
+    struct ring_ctx *x;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*x), (void **)&x));
+    *x = (struct ring_ctx){.comm = comm, .a = a, .n = n, .r = g.pos, .members = g.members,
+                           .esize = esize, .nrs = 0, .blocks = true, .in = in, .out = out};
+    x->K = coll_slices(count, ring_slice_elems(comm, esize));
     /* Every piece is sent from the output and lands in it as it is. */
     size_t total = (size_t)n * count * esize;
-    return ring_run(&x, n - 1, out, total, true);
-}
-
-static collResult_t ring_allgather(struct coll_comm *comm, const struct coll_args *a)
-{
-    return ring_allgather_impl(comm, a->sendbuf, a->recvbuf, a->count, a->dtype);
+    return ring_run(fr, x, n - 1, out, total, true);
 }
 
 /* A whole allreduce goes in groups of G slices (ring_piece) once a segment has
@@ -342,12 +343,15 @@ static void ring_groups(const struct coll_comm *comm, struct ring_ctx *x, size_t
 
 /* Steps [step0, step0 + nsteps) of an allreduce over g, its count cut into
  * nsegs segments; collAvg divides by avg_div at the last reduce-scatter step. */
-static collResult_t ring_allreduce_steps(struct coll_comm *comm, const struct coll_args *a,
+static collResult_t ring_allreduce_steps(struct coll_frame *fr, const struct coll_args *a,
                                          const struct coll_ring_group *g, int nsegs,
                                          int avg_div, int step0, int nsteps, bool last)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t esize = coll_dtype_size(a->dtype);
     int n = g->n;
+    struct ring_ctx *xp;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*xp), (void **)&xp));
     struct ring_ctx x = {.comm = comm, .a = a, .n = n, .r = g->pos, .members = g->members,
                          .nsegs = nsegs, .step0 = step0, .avg_div = avg_div, .esize = esize,
                          .nrs = n - 1, .in = a->sendbuf, .out = a->recvbuf};
@@ -380,7 +384,8 @@ static collResult_t ring_allreduce_steps(struct coll_comm *comm, const struct co
         x.slots = x.nslots ? scratch : NULL;
         x.sums = x.nsums ? scratch + x.nslots * x.slot_bytes : NULL;
     }
-    return ring_run(&x, nsteps, NULL, 0, last);
+    *xp = x;
+    return ring_run(fr, xp, nsteps, NULL, 0, last);
 }
 
 /* Two ranks over transports that lend received bytes (shared memory): the ring's
@@ -455,23 +460,27 @@ static void pair_slices(const struct coll_comm *comm, const struct coll_args *a,
 }
 
 /* The exchange of a over g in K slices of at most slice_bytes (pair_slices). */
-static collResult_t ring_allreduce_pair(struct coll_comm *comm, const struct coll_args *a,
+static collResult_t ring_allreduce_pair(struct coll_frame *fr, const struct coll_args *a,
                                         const struct coll_ring_group *g, int avg_div, bool last,
                                         struct coll_conn *send_conn, struct coll_conn *recv_conn,
                                         size_t K, size_t slice_bytes)
 {
-    struct pair_ctx x = {.a = a, .esize = coll_dtype_size(a->dtype), .K = K,
-                         .in = a->sendbuf, .out = a->recvbuf, .mine_first = g->pos == 0,
-                         .avg_div = a->op == collAvg && avg_div > 1 ? avg_div : 0};
+    struct coll_comm *comm = fr->prog.comm;
+    struct pair_ctx *x;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*x), (void **)&x));
+    *x = (struct pair_ctx){.a = a, .esize = coll_dtype_size(a->dtype), .K = K,
+                           .in = a->sendbuf, .out = a->recvbuf, .mine_first = g->pos == 0,
+                           .avg_div = a->op == collAvg && avg_div > 1 ? avg_div : 0};
     /* Sends run up to the connection's depth ahead of the reductions. */
     struct coll_pipe p = {.last = last, .comm = comm, .send_conn = send_conn,
-                          .recv_conn = recv_conn, .total = x.K, .send_after_recv = true,
+                          .recv_conn = recv_conn, .total = x->K, .send_after_recv = true,
                           .send_lag = (size_t)comm->depth,
                           .recv_after_send = true, .window = 8,
-                          .piece_bytes = slice_bytes, .ctx = &x, .send_buf = pair_send_buf,
+                          .piece_bytes = slice_bytes, .ctx = x, .send_buf = pair_send_buf,
                           .recv_buf = pair_recv_buf, .consume = pair_consume, .defer = true,
                           .cut_bytes = slice_bytes, .cut_pieces = K};
-    return coll_pipe_run(&p);
+    coll_frame_pipes(fr, &p, 1);
+    return collSuccess;
 }
 
 /* Whether connection c's ring holds two messages of `bytes` at once. */
@@ -508,9 +517,11 @@ static bool ring_allreduce_trivial(const struct coll_args *a, int n)
     return true;
 }
 
-collResult_t coll_ring_allreduce_group(struct coll_comm *comm, const struct coll_args *a,
-                                       const struct coll_ring_group *g, int avg_div, bool last)
+static collResult_t ring_allreduce_group(struct coll_frame *fr, const struct coll_args *a,
+                                         const struct coll_ring_group *g, int avg_div,
+                                         bool last)
 {
+    struct coll_comm *comm = fr->prog.comm;
     if (ring_allreduce_trivial(a, g->n)) {
         if (a->op == collAvg && avg_div > 1 && a->count > 0)
             coll_reduce_div(a->dtype, a->recvbuf, a->recvbuf, a->count, avg_div);
@@ -523,10 +534,28 @@ collResult_t coll_ring_allreduce_group(struct coll_comm *comm, const struct coll
         size_t K, slice_bytes;
         pair_slices(comm, a, &K, &slice_bytes);
         if (ring_pair_fits(send_conn, recv_conn, slice_bytes))
-            return ring_allreduce_pair(comm, a, g, avg_div, last, send_conn, recv_conn, K,
+            return ring_allreduce_pair(fr, a, g, avg_div, last, send_conn, recv_conn, K,
                                        slice_bytes);
     }
-    return ring_allreduce_steps(comm, a, g, g->n, avg_div, 0, 2 * (g->n - 1), last);
+    return ring_allreduce_steps(fr, a, g, g->n, avg_div, 0, 2 * (g->n - 1), last);
+}
+
+/* Runs the stage that frame fr, set up for comm and a, was built into (alone). */
+static collResult_t ring_frame_run(struct coll_frame *fr, collResult_t built)
+{
+    if (built != collSuccess) {
+        fr->prog.fini(&fr->prog);
+        return built;
+    }
+    return coll_prog_run(&fr->prog);
+}
+
+collResult_t coll_ring_allreduce_group(struct coll_comm *comm, const struct coll_args *a,
+                                       const struct coll_ring_group *g, int avg_div, bool last)
+{
+    struct coll_frame fr;
+    coll_frame_init(&fr, comm, a);
+    return ring_frame_run(&fr, ring_allreduce_group(&fr, &fr.a, g, avg_div, last));
 }
 
 collResult_t coll_ring_allreduce_rs(struct coll_comm *comm, const struct coll_args *a,
@@ -534,7 +563,10 @@ collResult_t coll_ring_allreduce_rs(struct coll_comm *comm, const struct coll_ar
 {
     if (ring_allreduce_trivial(a, g->n))
         return collSuccess;
-    return ring_allreduce_steps(comm, a, g, nsegs, 0, 0, g->n - 1, last);
+    struct coll_frame fr;
+    coll_frame_init(&fr, comm, a);
+    return ring_frame_run(&fr, ring_allreduce_steps(&fr, &fr.a, g, nsegs, 0, 0, g->n - 1,
+                                                    last));
 }
 
 collResult_t coll_ring_allreduce_ag(struct coll_comm *comm, const struct coll_args *a,
@@ -542,7 +574,10 @@ collResult_t coll_ring_allreduce_ag(struct coll_comm *comm, const struct coll_ar
 {
     if (g->n == 1 || a->count == 0)
         return collSuccess;
-    return ring_allreduce_steps(comm, a, g, nsegs, 0, g->n - 1, g->n - 1, last);
+    struct coll_frame fr;
+    coll_frame_init(&fr, comm, a);
+    return ring_frame_run(&fr, ring_allreduce_steps(&fr, &fr.a, g, nsegs, 0, g->n - 1,
+                                                    g->n - 1, last));
 }
 
 /* --- lines: sets of ring steps run one after another on one pipe, beside
@@ -693,14 +728,15 @@ void coll_ring_segment(size_t count, int nsegs, int j, size_t *off_p, size_t *le
     }
 }
 
-static collResult_t ring_allreduce(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t ring_allreduce(struct coll_frame *fr, const struct coll_args *a)
 {
-    struct coll_ring_group g = coll_ring_flat(comm);
-    return coll_ring_allreduce_group(comm, a, &g, g.n, true);
+    struct coll_ring_group g = coll_ring_flat(fr->prog.comm);
+    return ring_allreduce_group(fr, a, &g, g.n, true);
 }
 
-static collResult_t ring_reduce_scatter(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t ring_reduce_scatter(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
     int n = comm->nranks, r = comm->rank;
     const char *own = (const char *)a->sendbuf + (size_t)r * bytes;
@@ -710,16 +746,18 @@ static collResult_t ring_reduce_scatter(struct coll_comm *comm, const struct col
         return collSuccess;
     }
     struct coll_ring_group g = coll_ring_flat(comm);
-    struct ring_ctx x = {.comm = comm, .a = a, .n = n, .r = g.pos, .members = g.members,
-                         .avg_div = n, .esize = esize, .nrs = n - 1, .shift = -1,
-                         .blocks = true, .rs_out_block = true, .in = a->sendbuf,
-                         .out = a->recvbuf};
+    struct ring_ctx *x;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*x), (void **)&x));
+    *x = (struct ring_ctx){.comm = comm, .a = a, .n = n, .r = g.pos, .members = g.members,
+                           .avg_div = n, .esize = esize, .nrs = n - 1, .shift = -1,
+                           .blocks = true, .rs_out_block = true, .in = a->sendbuf,
+                           .out = a->recvbuf};
     char *buf;
     COLL_CHECK(coll_comm_scratch(comm, 2 * bytes, (void **)&buf));
-    x.partial[0] = buf;
-    x.partial[1] = buf + bytes;
-    x.K = coll_slices(a->count, ring_slice_elems(comm, esize));
-    return ring_run(&x, n - 1, NULL, 0, true);
+    x->partial[0] = buf;
+    x->partial[1] = buf + bytes;
+    x->K = coll_slices(a->count, ring_slice_elems(comm, esize));
+    return ring_run(fr, x, n - 1, NULL, 0, true);
 }
 
 /* Broadcast and reduce: a chain along the ring, pipelined in slices. */
@@ -756,8 +794,9 @@ static void bcast_recv_buf(void *vctx, size_t i, void **p, size_t *bytes)
     *bytes = len * x->esize;
 }
 
-static collResult_t ring_broadcast(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t ring_broadcast(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
     int n = comm->nranks;
     const int *order = comm->hosts.order, *place = comm->hosts.pos;
@@ -766,16 +805,19 @@ static collResult_t ring_broadcast(struct coll_comm *comm, const struct coll_arg
         memcpy(a->recvbuf, a->sendbuf, bytes);
     if (n == 1 || bytes == 0)
         return collSuccess;
-    struct chain_ctx x = {.a = a, .esize = esize, .is_root = pos == 0, .n = n};
-    x.K = coll_slices(a->count, ring_slice_elems(comm, esize));
-    struct coll_pipe p = {.last = true, .comm = comm, .total = x.K,
+    struct chain_ctx *x;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*x), (void **)&x));
+    *x = (struct chain_ctx){.a = a, .esize = esize, .is_root = pos == 0, .n = n};
+    x->K = coll_slices(a->count, ring_slice_elems(comm, esize));
+    struct coll_pipe p = {.last = true, .comm = comm, .total = x->K,
                           .send_after_recv = pos > 0, .send_lag = 0,
-                          .window = 8, .ctx = &x, .send_buf = bcast_send_buf,
+                          .window = 8, .ctx = x, .send_buf = bcast_send_buf,
                           .recv_buf = bcast_recv_buf,
-                          .piece_bytes = (a->count + x.K - 1) / x.K * esize,
-                          .cut_bytes = (a->count + x.K - 1) / x.K * esize, .cut_pieces = x.K,
+                          .piece_bytes = (a->count + x->K - 1) / x->K * esize,
+                          .cut_bytes = (a->count + x->K - 1) / x->K * esize,
+                          .cut_pieces = x->K,
                           /* Pieces land in the output as they are. */
-                          .send_reg = x.is_root ? a->sendbuf : a->recvbuf,
+                          .send_reg = x->is_root ? a->sendbuf : a->recvbuf,
                           .send_reg_bytes = bytes, .recv_reg = a->recvbuf,
                           .recv_reg_bytes = bytes};
     int prev, next;
@@ -784,7 +826,8 @@ static collResult_t ring_broadcast(struct coll_comm *comm, const struct coll_arg
         COLL_CHECK(coll_transport_get_conn(comm, order[next], true, &p.send_conn));
     if (pos > 0)
         COLL_CHECK(coll_transport_get_conn(comm, order[prev], false, &p.recv_conn));
-    return coll_pipe_run(&p);
+    coll_frame_pipes(fr, &p, 1);
+    return collSuccess;
 }
 
 static void reduce_send_buf(void *vctx, size_t i, const void **p, size_t *bytes)
@@ -818,8 +861,9 @@ static void reduce_process(void *vctx, size_t i, void *recvd)
         coll_reduce_div(x->a->dtype, dst, dst, len, x->n);
 }
 
-static collResult_t ring_reduce(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t ring_reduce(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
     int n = comm->nranks;
     const int *order = comm->hosts.order, *place = comm->hosts.pos;
@@ -830,30 +874,33 @@ static collResult_t ring_reduce(struct coll_comm *comm, const struct coll_args *
             memcpy(a->recvbuf, a->sendbuf, bytes);
         return collSuccess;
     }
-    struct chain_ctx x = {.a = a, .esize = esize, .is_root = is_root, .is_first = pos == 0,
-                          .n = n};
-    x.K = coll_slices(a->count, ring_slice_elems(comm, esize));
-    x.nslots = (size_t)comm->depth;
-    x.slot_bytes = ((a->count + x.K - 1) / x.K) * esize;
-    if (!x.is_first)
-        COLL_CHECK(coll_comm_scratch(comm, x.nslots * x.slot_bytes, (void **)&x.slots));
+    struct chain_ctx *x;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*x), (void **)&x));
+    *x = (struct chain_ctx){.a = a, .esize = esize, .is_root = is_root, .is_first = pos == 0,
+                            .n = n};
+    x->K = coll_slices(a->count, ring_slice_elems(comm, esize));
+    x->nslots = (size_t)comm->depth;
+    x->slot_bytes = ((a->count + x->K - 1) / x->K) * esize;
+    if (!x->is_first)
+        COLL_CHECK(coll_comm_scratch(comm, x->nslots * x->slot_bytes, (void **)&x->slots));
     /* A middle rank forwards from the slot it reduced into, so a slot is reused
      * only once its forward send is done (recv_lag); the root frees it as soon
      * as it is reduced. */
-    struct coll_pipe p = {.last = true, .comm = comm, .total = x.K,
-                          .send_after_recv = !x.is_first,
-                          .send_lag = 0, .recv_lag = is_root ? 0 : x.nslots,
-                          .window = x.nslots, .ctx = &x, .send_buf = reduce_send_buf,
+    struct coll_pipe p = {.last = true, .comm = comm, .total = x->K,
+                          .send_after_recv = !x->is_first,
+                          .send_lag = 0, .recv_lag = is_root ? 0 : x->nslots,
+                          .window = x->nslots, .ctx = x, .send_buf = reduce_send_buf,
                           .recv_buf = reduce_recv_buf, .process = reduce_process,
-                          .piece_bytes = x.slot_bytes, .cut_bytes = x.slot_bytes,
-                          .cut_pieces = x.K};
+                          .piece_bytes = x->slot_bytes, .cut_bytes = x->slot_bytes,
+                          .cut_pieces = x->K};
     int prev, next;
     coll_ring_neighbors(place[comm->rank], n, &prev, &next);
     if (!is_root)
         COLL_CHECK(coll_transport_get_conn(comm, order[next], true, &p.send_conn));
-    if (!x.is_first)
+    if (!x->is_first)
         COLL_CHECK(coll_transport_get_conn(comm, order[prev], false, &p.recv_conn));
-    return coll_pipe_run(&p);
+    coll_frame_pipes(fr, &p, 1);
+    return collSuccess;
 }
 
 static bool ring_can_run(const struct coll_comm *comm, enum coll_func f,
@@ -904,10 +951,10 @@ static double ring_predict(const struct coll_comm *comm, enum coll_func f,
 const struct coll_algo coll_algo_ring = {
     .name = "ring",
     .can_run = ring_can_run,
-    .run = {[COLL_FUNC_ALLREDUCE] = ring_allreduce,
-            [COLL_FUNC_BROADCAST] = ring_broadcast,
-            [COLL_FUNC_REDUCE] = ring_reduce,
-            [COLL_FUNC_ALLGATHER] = ring_allgather,
-            [COLL_FUNC_REDUCE_SCATTER] = ring_reduce_scatter},
+    .build = {[COLL_FUNC_ALLREDUCE] = ring_allreduce,
+              [COLL_FUNC_BROADCAST] = ring_broadcast,
+              [COLL_FUNC_REDUCE] = ring_reduce,
+              [COLL_FUNC_ALLGATHER] = ring_allgather,
+              [COLL_FUNC_REDUCE_SCATTER] = ring_reduce_scatter},
     .predict = ring_predict,
 };

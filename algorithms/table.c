@@ -50,12 +50,12 @@ static const struct coll_algo *agree_algo(const struct coll_comm *comm)
 collResult_t coll_algo_agree_max(struct coll_comm *comm, double *mine, double *all, size_t n)
 {
     struct coll_args a = {mine, all, n, collDouble, collMax, 0};
-    return agree_algo(comm)->run[COLL_FUNC_ALLREDUCE](comm, &a);
+    return coll_algo_run(agree_algo(comm), COLL_FUNC_ALLREDUCE, comm, &a);
 }
 
 collResult_t coll_algo_agree_gather(struct coll_comm *comm, const void *mine, void *all,
                                     size_t bytes)
 {
     struct coll_args a = {mine, all, bytes, collUint8, collSum, 0};
-    return agree_algo(comm)->run[COLL_FUNC_ALLGATHER](comm, &a);
+    return coll_algo_run(agree_algo(comm), COLL_FUNC_ALLGATHER, comm, &a);
 }

@@ -64,6 +64,7 @@
 #include "algo.h"
 #include "engine.h"
 #include "pattern.h"
+#include "prog.h"
 #include "reduce.h"
 
 #define TREE_MAX_WINDOW 16  /* slices in flight per stream and child */
@@ -322,11 +323,14 @@ static const struct coll_sched_ops tree_ops = {
     .progress = tree_progress, .finished = tree_finished,
 };
 
-/* Sets up lanes, slots and connections for the streams in x, then runs them all
- * to completion. */
-static collResult_t tree_execute(struct tree_run *x)
+/* Sets up lanes, slots and connections for the streams in x0 (copied into the
+ * frame), and hands them over as the call's stage. */
+static collResult_t tree_execute(struct coll_frame *fr, const struct tree_run *x0)
 {
-    struct coll_comm *comm = x->comm;
+    struct coll_comm *comm = x0->comm;
+    struct tree_run *x;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*x), (void **)&x));
+    *x = *x0;
     size_t slice_elems = comm->chunk_bytes / x->esize;
     x->W = comm->depth < 1 ? 1 : comm->depth > TREE_MAX_WINDOW ? TREE_MAX_WINDOW
                                                                 : (size_t)comm->depth;
@@ -369,23 +373,22 @@ static collResult_t tree_execute(struct tree_run *x)
                 tree_add(x, st->child[j], true, s, TREE_DOWN_SEND, j);
         }
     }
-    /* Send connections first: their connects complete in the peers' backlogs
-     * while this rank waits to accept its own. */
-    for (int pass = 0; pass < 2; pass++)
-        for (int k = 0; k < x->nlanes; k++)
-            if (x->lane[k].is_send == (pass == 0))
-                COLL_CHECK(coll_transport_get_conn(comm, x->lane[k].peer, x->lane[k].is_send,
-                                                   &x->elane[k].conn));
+    /* Send connections now (a connect completes in the peer's backlog); a
+     * receive's not made yet is accepted by the engine as the stage runs. */
+    for (int k = 0; k < x->nlanes; k++)
+        COLL_CHECK(coll_lane_link(comm, &x->elane[k], x->lane[k].peer));
     struct coll_sched sched = {.comm = comm, .ops = &tree_ops, .ctx = x, .lanes = x->elane,
                                .nlanes = x->nlanes, .piece_bytes = x->slot_bytes,
                                .last = true, .cut_bytes = x->slot_bytes};
     for (int s = 0; s < x->ns; s++) /* each stream's part in K slices */
         sched.cut_pieces += x->st[s].K;
-    return coll_engine_run(&sched);
+    coll_frame_stage(fr, &sched);
+    return collSuccess;
 }
 
-static collResult_t tree_reduce(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t tree_reduce(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
     int n = comm->nranks;
     bool is_root = comm->rank == a->root;
@@ -399,11 +402,12 @@ static collResult_t tree_reduce(struct coll_comm *comm, const struct coll_args *
     tree_rooted(comm->rank, n, a->root, &x.st[0]);
     x.st[0].up = true;
     x.st[0].len = a->count;
-    return tree_execute(&x);
+    return tree_execute(fr, &x);
 }
 
-static collResult_t tree_broadcast(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t tree_broadcast(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
     int n = comm->nranks;
     if (comm->rank == a->root && a->recvbuf != a->sendbuf && bytes > 0)
@@ -415,11 +419,12 @@ static collResult_t tree_broadcast(struct coll_comm *comm, const struct coll_arg
     tree_rooted(comm->rank, n, a->root, &x.st[0]);
     x.st[0].down = true;
     x.st[0].len = a->count;
-    return tree_execute(&x);
+    return tree_execute(fr, &x);
 }
 
-static collResult_t tree_allreduce(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t tree_allreduce(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
     int n = comm->nranks;
     if (n == 1 || bytes == 0) {
@@ -438,7 +443,7 @@ static collResult_t tree_allreduce(struct coll_comm *comm, const struct coll_arg
         x.st[s].up = x.st[s].down = true;
         coll_ring_chunk(a->count, ns, s, &x.st[s].off, &x.st[s].len);
     }
-    return tree_execute(&x);
+    return tree_execute(fr, &x);
 }
 
 static bool tree_can_run(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a)
@@ -511,7 +516,7 @@ static double tree_predict(const struct coll_comm *comm, enum coll_func f,
 const struct coll_algo coll_algo_tree = {
     .name = "tree",
     .can_run = tree_can_run,
-    .run = {[COLL_FUNC_ALLREDUCE] = tree_allreduce,
+    .build = {[COLL_FUNC_ALLREDUCE] = tree_allreduce,
             [COLL_FUNC_BROADCAST] = tree_broadcast,
             [COLL_FUNC_REDUCE] = tree_reduce},
     .predict = tree_predict,

@@ -338,7 +338,7 @@ static void body_round(struct launch_rank *lr)
     size_t mine = lr->rank == 0 ? B : 100, theirs = lr->rank == 0 ? 100 : B;
     struct coll_xfer both[2] = {{.conn = rc, .buf = in[0], .bytes = theirs},
                                 {.conn = sc, .buf = out[0], .bytes = mine, .is_send = true}};
-    LR_CHECK_RES(lr, coll_engine_round(comm, both, 2, false), collSuccess, comm);
+    LR_CHECK_RES(lr, coll_engine_round(comm, both, 2), collSuccess, comm);
     LR_CHECK(lr, round_wrong(in[0], theirs, 4 * peer) == 0 && (theirs == B || in[0][theirs] == 0),
              "both ways: the message arrived wrong");
 
@@ -349,14 +349,14 @@ static void body_round(struct launch_rank *lr)
         {.conn = lr->rank == 1 ? rc : NULL, .buf = in[1], .bytes = lr->rank == 1 ? B : 0},
         {.conn = lr->rank == 0 ? sc : NULL, .buf = out[1], .bytes = lr->rank == 0 ? B : 0,
          .is_send = true}};
-    LR_CHECK_RES(lr, coll_engine_round(comm, one, 2, false), collSuccess, comm);
+    LR_CHECK_RES(lr, coll_engine_round(comm, one, 2), collSuccess, comm);
     if (lr->rank == 1)
         LR_CHECK(lr, round_wrong(in[1], B, 1) == 0, "one way: the message arrived wrong");
 
     /* Nothing at all: done at once. */
     struct coll_xfer none[1] = {{.conn = NULL, .buf = NULL, .bytes = 0, .is_send = true}};
-    LR_CHECK_RES(lr, coll_engine_round(comm, none, 1, false), collSuccess, comm);
-    LR_CHECK_RES(lr, coll_engine_round(comm, none, 0, false), collSuccess, comm);
+    LR_CHECK_RES(lr, coll_engine_round(comm, none, 1), collSuccess, comm);
+    LR_CHECK_RES(lr, coll_engine_round(comm, none, 0), collSuccess, comm);
 
     /* Four on one connection: two receives, then two sends; the messages keep
      * their order on it. */
@@ -365,13 +365,13 @@ static void body_round(struct launch_rank *lr)
                                 {.conn = rc, .buf = in[3], .bytes = B},
                                 {.conn = sc, .buf = out[2], .bytes = 500, .is_send = true},
                                 {.conn = sc, .buf = out[3], .bytes = B, .is_send = true}};
-    LR_CHECK_RES(lr, coll_engine_round(comm, four, 4, false), collSuccess, comm);
+    LR_CHECK_RES(lr, coll_engine_round(comm, four, 4), collSuccess, comm);
     size_t wrong = round_wrong(in[2], 500, 2 + 4 * peer) + round_wrong(in[3], B, 3 + 4 * peer);
     LR_CHECK(lr, wrong == 0, "four transfers: %zu bytes wrong", wrong);
 
     /* More transfers than a round holds: refused, naming the count. */
     struct coll_xfer many[17] = {{0}};
-    LR_CHECK_RES(lr, coll_engine_round(comm, many, 17, false), collInternalError, comm);
+    LR_CHECK_RES(lr, coll_engine_round(comm, many, 17), collInternalError, comm);
     LR_CHECK(lr, strstr(collGetLastError(comm), "17 transfers") != NULL, "last error: %s",
              collGetLastError(comm));
 }

@@ -1,5 +1,5 @@
 /*
- * Calls in flight at once on a stream (lib/core/stream.c, lib/engine/fiber.h):
+ * Calls in flight at once on a stream (lib/core/stream.c, lib/engine/inflight.h):
  *
  *   1. buckets: 24 allreduces of distinct buffers (0 B to 1 MiB, int64 and
  *      float) issued back to back on one stream, as DDP issues its buckets,

@@ -28,7 +28,11 @@
  *  11. a queue past its bound: 3000 small calls (every size from 1 to 600
  *      elements, so ll's and the others) on one stream while the last rank
  *      starts 300 ms late: the others' issuing waits for room (it takes more
- *      than 150 ms, where 3000 calls queue in a few), and every result is right.
+ *      than 150 ms, where 3000 calls queue in a few), and every result is right;
+ *  12. a receive issued alone, then a send: every rank receives from its left
+ *      neighbour on one stream, waits 50 ms, then sends to its right on another
+ *      (a pipeline's irecv, then isend): the receive, queued first, must not
+ *      keep the send behind it on the communicator (both would wait for ever).
  *
  *   collrun -n 3 test_stream      test_stream --threads 4
  */
@@ -336,6 +340,44 @@ static void check_inflight(struct launch_rank *lr)
     free(b);
 }
 
+/* --- 12. a receive issued alone, then a send --- */
+
+static void check_recv_then_send(struct launch_rank *lr)
+{
+    const int n = lr->nranks, me = lr->rank;
+    if (n < 2)
+        return;
+    int left = (me + n - 1) % n, right = (me + 1) % n;
+    enum { P2P_COUNT = 1000 };
+    int32_t *in = calloc(P2P_COUNT, sizeof(int32_t)), *out = malloc(P2P_COUNT * sizeof(int32_t));
+    if (!in || !out)
+        launch_fatal(lr, "out of memory");
+    for (int j = 0; j < P2P_COUNT; j++)
+        out[j] = me * 100000 + j;
+    collStream_t rs, ss;
+    MUST(lr, collStreamCreate(&rs), NULL);
+    MUST(lr, collStreamCreate(&ss), NULL);
+    double t0 = launch_now();
+    MUST(lr, collRecv(in, P2P_COUNT, collInt32, left, lr->comm, rs), lr->comm);
+    struct timespec ts = {0, 50 * 1000000};
+    nanosleep(&ts, NULL); /* the receive is the progress thread's, alone, by now */
+    MUST(lr, collSend(out, P2P_COUNT, collInt32, right, lr->comm, ss), lr->comm);
+    MUST(lr, collStreamSynchronize(rs), lr->comm);
+    MUST(lr, collStreamSynchronize(ss), lr->comm);
+    LR_CHECK(lr, launch_now() - t0 < 10, "the receive and the send took %.1f s",
+             launch_now() - t0);
+    for (int j = 0; j < P2P_COUNT; j++)
+        if (in[j] != left * 100000 + j) {
+            LR_CHECK(lr, false, "element %d from rank %d: %d, want %d", j, left, (int)in[j],
+                     left * 100000 + j);
+            break;
+        }
+    MUST(lr, collStreamDestroy(rs), NULL);
+    MUST(lr, collStreamDestroy(ss), NULL);
+    free(in);
+    free(out);
+}
+
 /* --- 11. a queue past its bound --- */
 
 static void check_deep(struct launch_rank *lr)
@@ -348,7 +390,10 @@ static void check_deep(struct launch_rank *lr)
         b[j] = (int32_t)(j % 1000) + me;
     collStream_t s;
     MUST(lr, collStreamCreate(&s), NULL);
-    MUST(lr, collAllReduce(&b[0], &b[0], 0, collInt32, collSum, lr->comm, NULL), lr->comm);
+    /* Every rank starts the clock together (a count of 0 would not wait for the
+     * others: its lateness would be the launch's skew, not 300 ms). */
+    int32_t sync = 0;
+    MUST(lr, collAllReduce(&sync, &sync, 1, collInt32, collSum, lr->comm, NULL), lr->comm);
     bool late = me == n - 1;
     if (late) {
         struct timespec ts = {0, 300 * 1000000};
@@ -656,6 +701,7 @@ static void body(struct launch_rank *lr)
     check_group_refusals(lr, c2);
     MUST(lr, collCommDestroy(c2), NULL);
     check_inflight(lr);
+    check_recv_then_send(lr);
     check_deep(lr);
     check_query(lr);
     check_destroy_pending(lr);

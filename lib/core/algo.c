@@ -140,7 +140,7 @@ static int algo_pick(const struct coll_comm *comm, enum coll_func f, const struc
     size_t bytes = a->count * coll_dtype_size(a->dtype);
     for (int i = 0; i < NALGOS; i++) {
         const struct coll_algo *al = algo_table[i];
-        if (!(mask & (1u << i)) || al->run[f] == NULL || !al->can_run(comm, f, a))
+        if (!(mask & (1u << i)) || !coll_algo_has(al, f) || !al->can_run(comm, f, a))
             continue;
         /* The inputs of the prediction (model, count, type, nranks) are the same on
          * every rank, so every rank picks the same algorithm. */
@@ -173,7 +173,7 @@ bool coll_algo_quick(const struct coll_comm *comm, enum coll_func f, const struc
 {
     for (int i = 0; i < NALGOS; i++) {
         const struct coll_algo *al = algo_table[i];
-        if (al->quick && al->run[f] != NULL && al->can_run(comm, f, a))
+        if (al->quick && coll_algo_has(al, f) && al->can_run(comm, f, a))
             return true;
     }
     return false;

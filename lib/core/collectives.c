@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "algo.h"
+#include "collectives.h"
 #include "device.h"
 #include "exec.h"
-#include "fiber.h"
 #include "flight.h"
 #include "internal.h"
 #include "last_call.h"
@@ -125,45 +125,98 @@ void coll_call_not_run(struct coll_comm *comm, enum coll_func f, const struct co
     coll_flight_end(comm, res);
 }
 
-static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
-                              const struct coll_args *a)
+/* The call's algorithm: the planner's choice, or its next one while that
+ * declines calls (coll_algo.skips); count: this is the call (not a look). */
+static collResult_t call_algo(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
+                              bool count, const struct coll_algo **algo_p)
 {
-    const struct coll_algo *algo;
-    COLL_CHECK(coll_algo_select(comm, f, a, &algo));
-    comm->last_algo_name = algo->name;
+    COLL_CHECK(coll_algo_select(comm, f, a, algo_p));
+    if ((*algo_p)->skips != NULL && (*algo_p)->skips(comm, count))
+        return coll_algo_select_other(comm, f, a, *algo_p, algo_p);
+    return collSuccess;
+}
+
+/* A call's start: its algorithm, its sequence number, its flight record
+ * opened. */
+static collResult_t call_begin(struct coll_comm *comm, enum coll_func f,
+                               const struct coll_args *a, struct coll_call_flight *cf)
+{
+    COLL_CHECK(call_algo(comm, f, a, true, &cf->algo));
+    comm->last_algo_name = cf->algo->name;
     atomic_fetch_add(&comm->busy, 1);
-    uint64_t seq = ++comm->seq;
-    if (algo->exclusive || comm->check_mismatch)
-        coll_fiber_exclusive(comm);
+    cf->seq = ++comm->seq;
     coll_exec_begin(comm, coll_func_name(f));
-    struct coll_flight_desc d = call_flight_desc(f, a, algo);
+    struct coll_flight_desc d = call_flight_desc(f, a, cf->algo);
     coll_flight_begin(comm, &d);
     COLL_TRACE_LOG(COLL_SUBSYS_COLL, "%s #%llu count %zu %s via %s", coll_func_name(f),
                    (unsigned long long)comm->seq, a->count, coll_dtype_name(a->dtype),
-                   algo->name);
+                   cf->algo->name);
+    return collSuccess;
+}
+
+/* Its end: what it did recorded while its flight record, which names its
+ * peers, is still open; then the record closed. */
+static void call_end(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
+                     const struct coll_call_flight *cf, collResult_t res)
+{
+    struct coll_flight_desc d = call_flight_desc(f, a, cf->algo);
+    coll_last_call_record(comm, &(struct coll_last_call_desc){
+                                    .seq = cf->seq, .func = d.name, .algo = cf->algo,
+                                    .coll_func = (int)f, .count = a->count, .dtype = d.dtype,
+                                    .op = d.op, .root = d.root},
+                          res);
+    coll_flight_end(comm, res);
+    atomic_fetch_sub(&comm->busy, 1);
+}
+
+static collResult_t call_exec(struct coll_comm *comm, enum coll_func f,
+                              const struct coll_args *a)
+{
+    struct coll_call_flight cf;
+    COLL_CHECK(call_begin(comm, f, a, &cf));
     collResult_t res = collSuccess;
     if (comm->check_mismatch)
         res = coll_mismatch_check(comm, (int)f, a);
     if (res == collSuccess)
-        res = algo->run[f](comm, a);
+        res = coll_algo_run(cf.algo, f, comm, a);
     if (res == COLL_ALGO_DECLINED) {
         /* Every rank declined alike: the planner's choice without it runs. */
-        res = coll_algo_select_other(comm, f, a, algo, &algo);
+        res = coll_algo_select_other(comm, f, a, cf.algo, &cf.algo);
         if (res == collSuccess) {
-            comm->last_algo_name = algo->name;
-            coll_flight_algo(comm, algo->name);
-            res = algo->run[f](comm, a);
+            comm->last_algo_name = cf.algo->name;
+            coll_flight_algo(comm, cf.algo->name);
+            res = coll_algo_run(cf.algo, f, comm, a);
         }
     }
-    /* Recorded while its flight record, which names its peers, is still open. */
-    coll_last_call_record(comm, &(struct coll_last_call_desc){
-                                    .seq = seq, .func = d.name, .algo = algo, .coll_func = (int)f,
-                                    .count = a->count, .dtype = d.dtype, .op = d.op,
-                                    .root = d.root},
-                          res);
-    coll_flight_end(comm, res);
-    atomic_fetch_sub(&comm->busy, 1);
+    call_end(comm, f, a, &cf, res);
     return res;
+}
+
+bool coll_call_flies(struct coll_comm *comm, enum coll_func f, const struct coll_args *a)
+{
+    const struct coll_algo *algo;
+    if (comm->check_mismatch || call_algo(comm, f, a, false, &algo) != collSuccess)
+        return false;
+    return algo->build[f] != NULL && !algo->exclusive && !algo->quick;
+}
+
+collResult_t coll_call_fly_begin(struct coll_comm *comm, enum coll_func f,
+                                 const struct coll_args *a, struct coll_call_flight *cf,
+                                 struct coll_prog **p_p)
+{
+    cf->algo = NULL;
+    COLL_CHECK(call_begin(comm, f, a, cf));
+    return coll_algo_build(cf->algo, f, comm, a, p_p);
+}
+
+void coll_call_fly_end(struct coll_comm *comm, enum coll_func f, const struct coll_args *a,
+                       const struct coll_call_flight *cf, collResult_t res)
+{
+    if (cf->algo == NULL) { /* it failed before it began */
+        coll_call_not_run(comm, f, a, res);
+        return;
+    }
+    call_end(comm, f, a, cf, res);
 }
 
 /* Inside collGroupStart / collGroupEnd the checked call is queued, and

@@ -14,7 +14,7 @@
 #include "engine.h"
 #include "exec.h"
 #include "flight.h"
-#include "fiber.h"
+#include "inflight.h"
 #include "info.h"
 #include "internal.h"
 #include "mismatch.h"
@@ -294,9 +294,9 @@ static collResult_t comm_setup(struct coll_comm *comm, const struct coll_id *id)
     COLL_CHECK_GOTO(coll_flight_init(comm), res, out);
     comm->check_mismatch = coll_param_int(COLL_PARAM_CHECK_MISMATCH) != 0;
     int64_t overlap = coll_param_int(COLL_PARAM_STREAM_OVERLAP);
-    if (overlap < 1 || overlap > COLL_FIBERS_MAX) {
+    if (overlap < 1 || overlap > COLL_INFLIGHT_MAX) {
         coll_set_error(comm, "COLL_STREAM_OVERLAP=%lld is out of range [1, %d]",
-                       (long long)overlap, COLL_FIBERS_MAX);
+                       (long long)overlap, COLL_INFLIGHT_MAX);
         res = collInvalidArgument;
         goto out;
     }

@@ -187,7 +187,7 @@ collResult_t coll_mismatch_check(struct coll_comm *comm, int func, const struct 
          * makes the same one, once. */
         COLL_CHECK(coll_algo_select(comm, COLL_FUNC_ALLGATHER, &ga, &comm->mismatch_algo));
     }
-    COLL_CHECK(comm->mismatch_algo->run[COLL_FUNC_ALLGATHER](comm, &ga));
+    COLL_CHECK(coll_algo_run(comm->mismatch_algo, COLL_FUNC_ALLGATHER, comm, &ga));
     const struct mm_desc *all = (const struct mm_desc *)(void *)comm->mismatch_buf;
     bool same = true;
     for (int k = 0; k < comm->nranks && same; k++)

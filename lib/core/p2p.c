@@ -27,7 +27,7 @@
  * per connection (communicator, peer, direction) whose pieces are, in order,
  * each message's header and data, at most P2P_MAX_INFLIGHT messages in flight
  * per connection; a receive's header is checked as it completes, and a lane
- * whose connection is not there yet looks for it (find_conn) while the others
+ * whose connection is not there yet is accepted by the engine while the others
  * move.  Messages to the rank itself are
  * copied locally, the k-th send to itself into the k-th receive from itself.
  * A send whose buffer overlaps a receive of the same set (an in-place exchange)
@@ -74,6 +74,8 @@ struct p2p_run {
     struct coll_p2p_op *ops;
     int nops;
     const char *op_name;
+    const struct coll_p2p_coll *coll; /* the collective they carry out; NULL: none */
+    bool begun;               /* the calls began (sequence numbers, flight records) */
     struct p2p_comm *comms;
     int ncomms;
     char *stage;              /* copies of sends that overlap a receive */
@@ -223,8 +225,8 @@ static struct coll_p2p_op *p2p_lane_op(const struct p2p_run *run, const struct c
  * makes the send connections.  A receive connection is made by its sender, who
  * may make it only once this rank's own sends have reached it (a pipeline stage
  * that sends forward and receives back in one group, from a neighbour that first
- * waits for that send): a receive lane whose connection is not there yet looks
- * for it while the rest of the group moves (p2p_find_conn). */
+ * waits for that send): a receive lane whose connection is not there yet is
+ * accepted by the engine while the rest of the group moves (coll_lane.accept). */
 static collResult_t p2p_connect(struct p2p_run *run)
 {
     COLL_CHECK(coll_calloc(&run->lanes, (size_t)run->nops));
@@ -273,6 +275,11 @@ static collResult_t p2p_connect(struct p2p_run *run)
                 coll_comm_poison(l->comm, res);
                 return res;
             }
+            /* Not there yet: the engine accepts it as the stage runs, and
+             * meanwhile a later call in flight leaves the connection from peer
+             * to this one. */
+            l->accept = l->conn == NULL;
+            l->peer = peer;
         }
     }
     return collSuccess;
@@ -402,14 +409,8 @@ static collResult_t p2p_done(void *ctx, struct coll_lane *l, size_t i, void *p)
     return collSuccess;
 }
 
-static collResult_t p2p_find_conn(void *ctx, struct coll_lane *l, int wait_ms)
-{
-    return coll_transport_wait_recv_conn(l->comm, p2p_lane_op(ctx, l, 0)->peer, wait_ms,
-                                         &l->conn);
-}
-
 static const struct coll_sched_ops p2p_ops = {
-    .buf = p2p_buf, .handle = p2p_handle, .done = p2p_done, .find_conn = p2p_find_conn,
+    .buf = p2p_buf, .handle = p2p_handle, .done = p2p_done,
 };
 
 /* After a failure: comms with messages still in flight hold requests that point
@@ -473,16 +474,87 @@ static void p2p_last_call(const struct p2p_run *run, const struct p2p_comm *pc,
                           res);
 }
 
-static collResult_t p2p_progress(struct p2p_run *run)
+/* The messages' one stage (its lanes set up by p2p_connect). */
+static void p2p_sched(struct p2p_run *run, struct coll_sched *s)
 {
     size_t max_bytes = 0;
     for (int i = 0; i < run->nops; i++)
         if (run->ops[i].bytes > max_bytes)
             max_bytes = run->ops[i].bytes;
-    struct coll_sched s = {.comm = run->ops[0].comm, .ops = &p2p_ops, .ctx = run,
-                           .lanes = run->lanes, .nlanes = run->nlanes,
-                           .piece_bytes = max_bytes};
-    return run->nlanes > 0 ? coll_engine_run(&s) : collSuccess;
+    *s = (struct coll_sched){.comm = run->ops[0].comm, .ops = &p2p_ops, .ctx = run,
+                             .lanes = run->lanes, .nlanes = run->nlanes,
+                             .piece_bytes = max_bytes, .last = true};
+}
+
+/* Sets run up for ops (run zeroed): the calls begun on every comm (sequence
+ * number, flight record), the senders of receives from any source found, the
+ * connections made, the messages to itself copied; what remains is the
+ * stage.  run->begun says whether the calls began (p2p_end ends them). */
+static collResult_t p2p_begin(struct p2p_run *run, struct coll_p2p_op *ops, int nops,
+                              const char *op_name, const struct coll_p2p_coll *coll)
+{
+    run->ops = ops;
+    run->nops = nops;
+    run->op_name = op_name;
+    run->coll = coll;
+    COLL_CHECK(coll_calloc(&run->comms, (size_t)nops));
+    for (int i = 0; i < nops; i++)
+        COLL_CHECK(p2p_add_comm(run, ops[i].comm));
+    /* A comm poisoned since the call was queued: issue nothing. */
+    for (int c = 0; c < run->ncomms; c++) {
+        collResult_t res = (collResult_t)atomic_load(&run->comms[c].comm->async_error);
+        if (res != collSuccess)
+            return res;
+    }
+    COLL_CHECK(p2p_self_check(run));
+    COLL_CHECK(p2p_stage(run));
+    for (int c = 0; c < run->ncomms; c++) {
+        struct coll_comm *comm = run->comms[c].comm;
+        atomic_fetch_add(&comm->busy, 1);
+        comm->last_algo_name = "p2p";
+        run->comms[c].seq = ++comm->seq;
+        coll_exec_begin(comm, op_name);
+        struct coll_flight_desc d = p2p_flight_desc(run, comm, coll);
+        coll_flight_begin(comm, &d);
+    }
+    run->begun = true;
+    /* An all-to-all, gather or scatter is a collective: COLL_CHECK_MISMATCH agrees
+     * on it first. */
+    for (int c = 0; c < run->ncomms; c++) {
+        struct coll_comm *comm = run->comms[c].comm;
+        if (comm->check_mismatch && coll != NULL)
+            COLL_CHECK(coll_mismatch_check(comm, coll->func, &coll->a));
+    }
+    COLL_CHECK(p2p_find_senders(run));
+    COLL_CHECK(p2p_connect(run));
+    p2p_self_copy(run);
+    COLL_TRACE_LOG(COLL_SUBSYS_COLL, "%s #%llu: %d message(s)", op_name,
+                   (unsigned long long)ops[0].comm->seq, nops);
+    return collSuccess;
+}
+
+/* Ends run with res: the calls' records written and closed, what it held
+ * freed. */
+static void p2p_end(struct p2p_run *run, collResult_t res)
+{
+    if (run->begun) {
+        if (res != collSuccess)
+            p2p_abandon(run, res);
+        for (int i = 0; i < run->nops && res == collSuccess; i++)
+            if (run->ops[i].source != NULL)
+                *run->ops[i].source = run->ops[i].peer;
+        for (int c = 0; c < run->ncomms; c++) {
+            p2p_last_call(run, &run->comms[c], run->coll, res);
+            coll_flight_end(run->comms[c].comm, res);
+            atomic_fetch_sub(&run->comms[c].comm->busy, 1);
+        }
+    }
+    for (int c = 0; c < run->ncomms; c++)
+        free(run->comms[c].lane);
+    free(run->comms);
+    free(run->lanes);
+    free(run->lane_ops);
+    free(run->stage);
 }
 
 collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name,
@@ -492,63 +564,69 @@ collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name
         return collSuccess;
     if (coll != NULL && !coll->set)
         coll = NULL;
-    struct p2p_run run = {.ops = ops, .nops = nops, .op_name = op_name};
-    collResult_t res = collSuccess;
-    COLL_CHECK(coll_calloc(&run.comms, (size_t)nops));
-    for (int i = 0; i < nops; i++)
-        COLL_CHECK_GOTO(p2p_add_comm(&run, ops[i].comm), res, out);
-    /* A comm poisoned since the call was queued: issue nothing. */
-    for (int c = 0; c < run.ncomms; c++) {
-        res = (collResult_t)atomic_load(&run.comms[c].comm->async_error);
-        if (res != collSuccess)
-            goto out;
+    struct p2p_run run = {0};
+    collResult_t res = p2p_begin(&run, ops, nops, op_name, coll);
+    if (res == collSuccess && run.nlanes > 0) {
+        struct coll_sched s;
+        p2p_sched(&run, &s);
+        res = coll_engine_run(&s);
     }
-    COLL_CHECK_GOTO(p2p_self_check(&run), res, out);
-    COLL_CHECK_GOTO(p2p_stage(&run), res, out);
-    for (int c = 0; c < run.ncomms; c++) {
-        struct coll_comm *comm = run.comms[c].comm;
-        atomic_fetch_add(&comm->busy, 1);
-        comm->last_algo_name = "p2p";
-        run.comms[c].seq = ++comm->seq;
-        coll_exec_begin(comm, op_name);
-        struct coll_flight_desc d = p2p_flight_desc(&run, comm, coll);
-        coll_flight_begin(comm, &d);
-    }
-    /* An all-to-all, gather or scatter is a collective: COLL_CHECK_MISMATCH agrees
-     * on it first. */
-    for (int c = 0; c < run.ncomms && res == collSuccess; c++) {
-        struct coll_comm *comm = run.comms[c].comm;
-        if (comm->check_mismatch && coll != NULL)
-            res = coll_mismatch_check(comm, coll->func, &coll->a);
-    }
-    if (res == collSuccess)
-        res = p2p_find_senders(&run);
-    if (res == collSuccess)
-        res = p2p_connect(&run);
-    if (res == collSuccess) {
-        p2p_self_copy(&run);
-        COLL_TRACE_LOG(COLL_SUBSYS_COLL, "%s #%llu: %d message(s)", op_name,
-                       (unsigned long long)ops[0].comm->seq, nops);
-        res = p2p_progress(&run);
-        if (res != collSuccess)
-            p2p_abandon(&run, res);
-    }
-    for (int i = 0; i < nops && res == collSuccess; i++)
-        if (ops[i].source != NULL)
-            *ops[i].source = ops[i].peer;
-    for (int c = 0; c < run.ncomms; c++) {
-        p2p_last_call(&run, &run.comms[c], coll, res);
-        coll_flight_end(run.comms[c].comm, res);
-        atomic_fetch_sub(&run.comms[c].comm->busy, 1);
-    }
-out:
-    for (int c = 0; c < run.ncomms; c++)
-        free(run.comms[c].lane);
-    free(run.comms);
-    free(run.lanes);
-    free(run.lane_ops);
-    free(run.stage);
+    p2p_end(&run, res);
     return res;
+}
+
+/* --- a group of messages beside other calls in flight --- */
+
+struct coll_p2p_flight {
+    struct coll_prog prog;
+    struct p2p_run run;
+    struct coll_sched sched;
+    struct coll_p2p_coll coll;
+};
+
+static collResult_t p2p_flight_next(struct coll_prog *p)
+{
+    struct coll_p2p_flight *f = (struct coll_p2p_flight *)p;
+    p->sched = p->pc++ == 0 && f->run.nlanes > 0 ? &f->sched : NULL;
+    return collSuccess;
+}
+
+bool coll_p2p_flies(const struct coll_p2p_op *ops, int nops, const struct coll_p2p_coll *coll)
+{
+    if (nops == 0)
+        return false;
+    for (int i = 0; i < nops; i++)
+        if (ops[i].comm != ops[0].comm || ops[i].peer == COLL_P2P_ANY)
+            return false;
+    return !(ops[0].comm->check_mismatch && coll != NULL && coll->set);
+}
+
+collResult_t coll_p2p_fly_begin(struct coll_p2p_op *ops, int nops, const char *op_name,
+                                const struct coll_p2p_coll *coll, struct coll_p2p_flight **f_p,
+                                struct coll_prog **p_p)
+{
+    struct coll_p2p_flight *f;
+    COLL_CHECK(coll_calloc(&f, 1));
+    if (coll != NULL && coll->set) {
+        f->coll = *coll;
+        coll = &f->coll;
+    } else {
+        coll = NULL;
+    }
+    f->prog = (struct coll_prog){.comm = ops[0].comm, .next = p2p_flight_next};
+    *f_p = f;
+    COLL_CHECK(p2p_begin(&f->run, ops, nops, op_name, coll));
+    p2p_sched(&f->run, &f->sched);
+    *p_p = &f->prog;
+    return collSuccess;
+}
+
+void coll_p2p_fly_end(struct coll_p2p_flight *f, collResult_t res)
+{
+    if (f == NULL)
+        return;
+    p2p_end(&f->run, res);
+    free(f);
 }
 
 /* The checks every call makes at the boundary on each buffer, naming the bad

@@ -91,6 +91,19 @@ collResult_t coll_work_issue(struct coll_work *w, collStream_t stream);
 collResult_t coll_p2p_run(struct coll_p2p_op *ops, int nops, const char *op_name,
                           const struct coll_p2p_coll *coll);
 
+/* The same as a program beside other calls in flight (stream.c, the engine's
+ * inflight.h), for messages that all go over one communicator with known peers
+ * (no receive from any source) and need no agreement first
+ * (COLL_CHECK_MISMATCH on a collective): coll_p2p_flies says whether they do.
+ * _begin sets the calls up and builds the program; _end (also after a failed
+ * _begin, *f_p then set) ends them with the result and frees the flight. */
+struct coll_p2p_flight;
+bool coll_p2p_flies(const struct coll_p2p_op *ops, int nops, const struct coll_p2p_coll *coll);
+collResult_t coll_p2p_fly_begin(struct coll_p2p_op *ops, int nops, const char *op_name,
+                                const struct coll_p2p_coll *coll, struct coll_p2p_flight **f_p,
+                                struct coll_prog **p_p);
+void coll_p2p_fly_end(struct coll_p2p_flight *f, collResult_t res);
+
 /* True while the calling thread has a group open (collGroupStart without its
  * collGroupEnd). */
 bool coll_group_active(void);

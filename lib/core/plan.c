@@ -181,7 +181,7 @@ static collResult_t plan_measure(struct coll_comm *comm, double *fig)
         struct coll_args a = {&one, &out, 1, collFloat, collSum, 0};
         coll_exec_begin(comm, "plan probe");
         int64_t t0 = coll_now_ns();
-        COLL_CHECK(rd->run[COLL_FUNC_ALLREDUCE](comm, &a));
+        COLL_CHECK(coll_algo_run(rd, COLL_FUNC_ALLREDUCE, comm, &a));
         probe_us[rep] = (double)(coll_now_ns() - t0) / 1e3 / rounds;
     }
     /* The median round: the fastest probes are the ones where every rank
@@ -199,7 +199,7 @@ static collResult_t plan_measure(struct coll_comm *comm, double *fig)
     for (int rep = 0; rep < 3; rep++) {
         coll_exec_begin(comm, "plan probe");
         int64_t t0 = coll_now_ns();
-        COLL_CHECK(ring->run[COLL_FUNC_ALLGATHER](comm, &g));
+        COLL_CHECK(coll_algo_run(ring, COLL_FUNC_ALLGATHER, comm, &g));
         best_us = fmin(best_us, (double)(coll_now_ns() - t0) / 1e3);
     }
     /* In the allgather every rank sends and receives (n-1) x per bytes, all at

@@ -15,17 +15,20 @@
  *   sync(s)         waits until s#2 is done, returns the first failure
  *
  * Collectives of one communicator may run at once (COLL_STREAM_OVERLAP, 4 by
- * default), each in a fiber of the progress thread (lib/engine/fiber.h), when
- * their buffers are apart: DDP's buckets overlap, each call's tail with the
- * next one's head.  The bytes on every connection still go in the order of the
- * calls, so peers need not overlap alike.  A call starts beside others only if
- *   - it and every call in flight is one collective (not a group, not a send
- *     or receive: those run alone),
+ * default), as programs in the engine's set of calls in flight
+ * (lib/engine/inflight.h), advanced in one loop, when their buffers are apart:
+ * DDP's buckets overlap, each call's tail with the next one's head.  The bytes
+ * on every connection still go in the order of the calls, so peers need not
+ * overlap alike.  A call starts beside others only if
+ *   - it and every call in flight is one collective whose algorithm builds a
+ *     program and shares nothing of the comm but its connections (not a group,
+ *     not a send or receive, not ll's or the direct allreduce's calls: those
+ *     run alone),
  *   - it touches no byte that a call in flight reads or writes,
  *   - the stream's previous call is on this comm too or is done;
  * and calls finish, for their streams, in the order issued.  A call that the
- * next queued one could not run beside runs on the thread's own stack, as
- * when nothing overlaps: back-to-back calls on one buffer pay nothing.
+ * next queued one could not run beside runs alone, as when nothing overlaps:
+ * back-to-back calls on one buffer pay nothing.
  *
  * A call without a stream first waits for its communicator's queue to drain
  * (coll_stream_quiesce), then runs in the calling thread as before.
@@ -39,7 +42,7 @@
  *
  * A communicator holds at most STREAM_DEPTH_MAX calls; one issued beyond that
  * sleeps until half are done.  Finished tasks are kept and reused, so a loop of
- * calls allocates nothing, and a call that ll can run never takes a fiber.
+ * calls allocates nothing, and a call that ll can run never enters the set.
  *
  * Streams are known by a registry, so a pointer that is not a live stream is
  * refused instead of being read.
@@ -52,7 +55,9 @@
 
 #include "algo.h"
 #include "exec.h"
-#include "fiber.h"
+#include "collectives.h"
+#include "engine.h"
+#include "inflight.h"
 #include "reduce.h"
 
 /* How long a thread waiting for a stream polls before it sleeps. */
@@ -103,12 +108,13 @@ struct coll_task {
     struct coll_stream *stream;
     uint64_t seq;          /* in the stream, from 1 */
     bool after_same_comm;  /* the stream's previous piece is on this comm */
-    bool overlap;          /* one collective: may run beside others */
+    bool overlap;          /* one collective, or sends and receives: may run beside others */
     uintptr_t lo[2], hi[2]; /* the byte ranges it reads or writes */
     struct coll_work work;
     struct coll_work_coll one; /* work.colls of a single call (coll_stream_submit_coll) */
     /* The progress thread's. */
-    struct coll_fiber *fiber;
+    struct coll_call_flight cf;     /* a collective in flight */
+    struct coll_p2p_flight *p2p;    /* sends and receives in flight */
     collResult_t res;
     bool ended;
 };
@@ -142,8 +148,8 @@ struct coll_async {
     bool stopped;          /* the thread was joined */
 
     /* The progress thread's. */
-    _Alignas(64) struct coll_task *fly[COLL_FIBERS_MAX]; /* calls in flight in fibers,
-                                                          * oldest first */
+    _Alignas(64) struct coll_task *fly[COLL_INFLIGHT_MAX]; /* calls in flight, oldest
+                                                            * first */
     int nfly;
     atomic_int peak;       /* the most in flight so far */
     struct coll_task *freed; /* tasks finished, not yet handed over for reuse */
@@ -254,7 +260,7 @@ static void stream_wait_done(struct coll_stream *st, uint64_t target)
     }
 }
 
-/* Runs t's work (on the progress thread's stack or in its fiber). */
+/* Runs t's work alone. */
 static collResult_t task_exec(struct coll_task *t)
 {
     /* On a comm poisoned earlier the call fails without running (the cause was
@@ -267,12 +273,42 @@ static collResult_t task_exec(struct coll_task *t)
     return res;
 }
 
-static void task_fiber_main(void *arg)
+/* t as a call in flight (inflight.h): the program of its one collective, or of
+ * its sends and receives. */
+static collResult_t task_begin(void *arg, struct coll_prog **p_p)
 {
     struct coll_task *t = arg;
-    t->res = task_exec(t);
+    struct coll_work *w = &t->work;
+    t->cf.algo = NULL;
+    t->p2p = NULL;
+    /* On a comm poisoned earlier the call fails without running (the cause was
+     * logged when it happened); its flight record says so. */
+    collResult_t res = (collResult_t)atomic_load(&t->comm->async_error);
+    if (res != collSuccess)
+        return res;
+    if (w->nops > 0)
+        return coll_p2p_fly_begin(w->ops, w->nops, w->name, &w->coll, &t->p2p, p_p);
+    struct coll_work_coll *c = &w->colls[0];
+    return coll_call_fly_begin(c->comm, c->f, &c->a, &t->cf, p_p);
+}
+
+static void task_end(void *arg, collResult_t res)
+{
+    struct coll_task *t = arg;
+    struct coll_work *w = &t->work;
+    if (w->nops > 0) {
+        if (t->p2p != NULL)
+            coll_p2p_fly_end(t->p2p, res);
+        t->p2p = NULL;
+    } else {
+        struct coll_work_coll *c = &w->colls[0];
+        coll_call_fly_end(c->comm, c->f, &c->a, &t->cf, res);
+    }
+    t->res = res;
     t->ended = true;
 }
+
+static const struct coll_call_ops task_call_ops = {.begin = task_begin, .end = task_end};
 
 /* Marks t done for its stream (its earlier pieces are) and keeps it for reuse
  * (async_lock hands it over).  Once `retired` says so, the stream may be
@@ -336,15 +372,26 @@ static bool task_touch(const struct coll_task *a, const struct coll_task *b)
     return false;
 }
 
+/* Whether t can be a call in flight: asked on the progress thread just before
+ * it would start (the algorithm's answer may change from call to call). */
+static bool task_flies(const struct coll_task *t)
+{
+    const struct coll_work *w = &t->work;
+    if (!t->overlap)
+        return false;
+    if (w->nops > 0)
+        return coll_p2p_flies(w->ops, w->nops, &w->coll);
+    return coll_call_flies(t->comm, w->colls[0].f, &w->colls[0].a);
+}
+
 /* Whether t may start now beside the calls in fly[0..nfly) (and `also`, when
  * not NULL). */
-static bool task_fits(const struct coll_async *as, const struct coll_task *t,
-                      const struct coll_task *also)
+static bool task_fits(const struct coll_async *as, struct coll_task *t, struct coll_task *also)
 {
-    if (!t->overlap || (also != NULL && (!also->overlap || task_touch(t, also))))
+    if (!task_flies(t) || (also != NULL && (!task_flies(also) || task_touch(t, also))))
         return false;
     for (int i = 0; i < as->nfly; i++)
-        if (!as->fly[i]->overlap || task_touch(t, as->fly[i]))
+        if (task_touch(t, as->fly[i]))
             return false;
     if (!t->after_same_comm) {
         if (atomic_load_explicit(&t->stream->done, memory_order_acquire) + 1 < t->seq)
@@ -353,16 +400,19 @@ static bool task_fits(const struct coll_async *as, const struct coll_task *t,
     return true;
 }
 
-/* Starts t in a fiber; false when none can be had (t is then run alone). */
-static bool task_start_fiber(struct coll_comm *comm, struct coll_task *t)
+/* Starts t beside the calls in flight; false when the set has no room (t is
+ * then run alone). */
+static bool task_start_flight(struct coll_comm *comm, struct coll_task *t)
 {
-    if (coll_fibers_init(comm, comm->stream_overlap) != collSuccess)
-        return false;
-    t->fiber = coll_fiber_new(comm, task_fiber_main, t);
-    if (t->fiber == NULL)
-        return false;
     struct coll_async *as = comm->async;
+    if (coll_inflight_init(comm, comm->stream_overlap) != collSuccess)
+        return false;
+    t->ended = false;
     as->fly[as->nfly++] = t;
+    if (!coll_inflight_add(comm, &task_call_ops, t)) {
+        as->nfly--;
+        return false;
+    }
     if (as->nfly > atomic_load_explicit(&as->peak, memory_order_relaxed))
         atomic_store_explicit(&as->peak, as->nfly, memory_order_relaxed);
     return true;
@@ -416,17 +466,15 @@ static void async_done(struct coll_comm *comm, int k)
     }
 }
 
-/* Resumes each call in flight once, then retires those at the front that have
+/* One round of the calls in flight, then retires those at the front that have
  * ended, in the order issued. */
 static void async_round(struct coll_comm *comm)
 {
     struct coll_async *as = comm->async;
-    for (int i = 0; i < as->nfly; i++)
-        if (!as->fly[i]->ended)
-            (void)coll_fiber_resume(as->fly[i]->fiber);
+    if (coll_inflight_count(comm) > 0)
+        (void)coll_inflight_advance(comm);
     int k = 0;
     while (k < as->nfly && as->fly[k]->ended) {
-        coll_fiber_free(as->fly[k]->fiber);
         task_retire(as->fly[k], as->fly[k]->res);
         k++;
     }
@@ -466,9 +514,9 @@ static void async_admit(struct coll_comm *comm, int max, uint64_t *seen_p)
     else
         *seen_p = now;
     pthread_mutex_unlock(&as->lock);
-    if (t == NULL || task_start_fiber(comm, t))
+    if (t == NULL || task_start_flight(comm, t))
         return;
-    /* No fiber: it runs once those in flight are done. */
+    /* Not beside them: it runs once those in flight are done. */
     while (as->nfly > 0)
         async_round(comm);
     task_run(t);
@@ -508,14 +556,18 @@ static void *progress_main(void *arg)
             break; /* stopping, and the queue is empty */
         }
         struct coll_task *t = async_pop(as);
-        /* In a fiber only when the next call could run beside it. */
-        bool fiber = max > 1 && as->head != NULL && t->overlap && task_fits(as, as->head, t);
+        /* In flight only when the next call could run beside it, or, for sends
+         * and receives, whatever comes next: a receive issued alone, whose
+         * sender waits for this rank's send issued after it (a pipeline's
+         * irecv then isend), must not keep that send queued behind it. */
+        bool fly = max > 1 && ((as->head != NULL && task_fits(as, as->head, t)) ||
+                               (t->work.nops > 0 && task_flies(t)));
         pthread_mutex_unlock(&as->lock);
-        if (fiber) {
+        if (fly) {
             task_wait_stream(t);
-            fiber = task_start_fiber(comm, t);
+            fly = task_start_flight(comm, t);
         }
-        if (fiber) {
+        if (fly) {
             seen = UINT64_MAX;
             continue;
         }
@@ -553,8 +605,30 @@ static void task_ranges(const struct coll_comm *comm, struct coll_task *t)
 {
     const struct coll_work *w = &t->work;
     /* A staged device call (device.c) runs alone: it first waits for its CUDA
-     * stream, which does not yield to the other fibers, and the stream lets
-     * it start only after the call before it on that stream has ended anyway. */
+     * stream, outside the engine's loop, and the stream lets it start only
+     * after the call before it on that stream has ended anyway. */
+    if (w->ncolls == 0 && w->nops > 0 && w->staged == NULL && !w->device) {
+        /* Sends and receives: the span of the sends' buffers and of the
+         * receives'. */
+        t->overlap = true;
+        for (int k = 0; k < 2; k++) {
+            t->lo[k] = UINTPTR_MAX;
+            t->hi[k] = 0;
+        }
+        for (int i = 0; i < w->nops; i++) {
+            const struct coll_p2p_op *op = &w->ops[i];
+            int k = op->is_send ? 0 : 1;
+            uintptr_t lo = (uintptr_t)op->buf, hi = lo + op->bytes;
+            if (op->bytes == 0)
+                continue;
+            t->lo[k] = lo < t->lo[k] ? lo : t->lo[k];
+            t->hi[k] = hi > t->hi[k] ? hi : t->hi[k];
+        }
+        for (int k = 0; k < 2; k++)
+            if (t->hi[k] == 0)
+                t->lo[k] = 0;
+        return;
+    }
     t->overlap = w->nops == 0 && w->ncolls == 1 && !comm->check_mismatch && w->staged == NULL &&
                  !coll_algo_quick(comm, w->colls[0].f, &w->colls[0].a);
     if (!t->overlap)
@@ -646,7 +720,7 @@ static collResult_t submit_queue(struct coll_comm *comm, const struct coll_task 
     if (as->sleeping)
         pthread_cond_broadcast(&as->cond);
     pthread_mutex_unlock(&as->lock);
-    coll_fibers_arrived(comm); /* a call in flight lets the new one start */
+    coll_inflight_arrived(comm); /* a wait of the calls in flight lets the new one start */
     return collSuccess;
 }
 
@@ -734,7 +808,7 @@ void coll_stream_comm_fini(struct coll_comm *comm)
     if (as == NULL)
         return;
     coll_stream_comm_stop(comm);
-    coll_fibers_fini(comm);
+    coll_inflight_fini(comm);
     async_keep(as, as->freed); /* the last round's, not yet handed over */
     for (struct coll_task *t = as->spare, *next; t != NULL; t = next) {
         next = t->next;

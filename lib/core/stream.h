@@ -39,7 +39,7 @@ void coll_comm_leave(struct coll_comm *comm);
  * to leave); then _fini frees what is left (when the comm is freed). */
 void coll_stream_comm_stop(struct coll_comm *comm);
 /* The most calls comm's progress thread had in flight at once so far (0: none
- * ran in a fiber), for tests. */
+ * ran beside another), for tests. */
 int coll_stream_overlap_peak(const struct coll_comm *comm);
 void coll_stream_comm_fini(struct coll_comm *comm);
 

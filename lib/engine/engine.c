@@ -26,8 +26,8 @@
 #include <unistd.h>
 
 #include "exec.h"
-#include "fiber.h"
 #include "flight.h"
+#include "inflight.h"
 #include "regcache.h"
 
 struct coll_engine {
@@ -334,21 +334,13 @@ static inline bool lane_ready(const struct coll_sched *s, const struct coll_lane
     return s->ops->ready == NULL || s->ops->ready(s->ctx, l, i);
 }
 
-/* l has posted (or taken) all its pieces: with other calls in flight, a later
- * one waiting for its connection may go on. */
-static void lane_released(const struct coll_lane *l)
-{
-    if (coll_fibers_many(l->comm))
-        coll_fiber_released(l->comm);
-}
-
 /* Whether l may post on its connection: with other calls in flight, once no
- * earlier one holds it (fiber.h); that lasts for the rest of the schedule. */
+ * earlier one holds it (inflight.h); that lasts for the rest of the stage. */
 static bool lane_turn(struct coll_lane *l)
 {
-    if (l->granted || !coll_fibers_many(l->comm))
+    if (l->granted || !coll_inflight_many(l->comm))
         return true;
-    l->granted = coll_fiber_conn_free(l->comm, l->conn, l->lending);
+    l->granted = coll_inflight_conn_free(l->comm, l->conn, l->lending);
     return l->granted;
 }
 
@@ -367,10 +359,8 @@ static void lane_retire(struct coll_sched *s, struct coll_lane *l, bool *moved_p
 {
     l->done++;
     *moved_p = true;
-    if (l->done == l->total) {
+    if (l->done == l->total)
         s->active--;
-        lane_released(l);
-    }
 }
 
 /* Takes the pieces of watch lane l that are there, in order. */
@@ -530,8 +520,6 @@ static collResult_t lane_post(struct coll_sched *s, struct coll_lane *l, bool *m
         COLL_CHECK(lane_issue(s, l, i, l->mh, more, &sl->buf, &bytes, &sl->req));
         l->posted++;
         *moved_p = true;
-        if (l->posted == l->total)
-            lane_released(l);
         if (!more)
             break;
     } while (l->posted < l->total && l->posted - l->done < l->window &&
@@ -622,11 +610,23 @@ static collResult_t lane_start(struct coll_sched *s, struct coll_lane *l)
     return collSuccess;
 }
 
+collResult_t coll_lane_link(struct coll_comm *comm, struct coll_lane *l, int peer)
+{
+    if (l->is_send || comm->peers[peer].recv_conn != NULL)
+        return coll_transport_get_conn(comm, peer, l->is_send, &l->conn);
+    l->conn = NULL;
+    l->accept = true;
+    l->peer = peer;
+    return collSuccess;
+}
+
 /* One look, waiting up to wait_ms, for the connection of a lane without one. */
 static collResult_t lane_connect(struct coll_sched *s, struct coll_lane *l, int wait_ms,
                                  bool *moved_p)
 {
-    COLL_CHECK(s->ops->find_conn(s->ctx, l, wait_ms));
+    if (!l->accept)
+        return collSuccess;
+    COLL_CHECK(coll_transport_wait_recv_conn(l->comm, l->peer, wait_ms, &l->conn));
     if (l->conn == NULL)
         return collSuccess;
     *moved_p = true;
@@ -826,11 +826,11 @@ static inline collResult_t oneshot_post(struct coll_sched *s, struct coll_lane *
 }
 
 /* Tests req[0..n) (NULL: done) until every one is done, waiting in
- * coll_exec_idle while a pass completes nothing.  With s, the completion of
- * req[j] is the one piece of lane lane[j], whose bytes are at bufs[j]: it gets
- * its done().  The loop of one-shot schedules and rounds, whose time at small
- * sizes is the loop's: inlined, so that each caller's copy is folded for it. */
-static inline __attribute__((always_inline)) collResult_t
+ * coll_exec_idle while a pass completes nothing.  The completion of req[j] is
+ * the one piece of lane lane[j] of s, whose bytes are at bufs[j]: it gets its
+ * done().  The loop of one-shot schedules (rounds), whose time at small sizes
+ * is the loop's. */
+static inline collResult_t
 oneshot_wait(struct coll_comm *comm, struct coll_req **req, int n, size_t bytes,
              struct coll_sched *s, const int *lane, void *const *bufs)
 {
@@ -849,11 +849,9 @@ oneshot_wait(struct coll_comm *comm, struct coll_req **req, int n, size_t bytes,
                 continue;
             }
             moved = true;
-            if (s != NULL) {
-                struct coll_lane *l = &s->lanes[lane[j]];
-                l->done = 1;
-                COLL_CHECK(lane_done(s, l, 0, bufs[j]));
-            }
+            struct coll_lane *l = &s->lanes[lane[j]];
+            l->done = 1;
+            COLL_CHECK(lane_done(s, l, 0, bufs[j]));
         }
         if (left == 0)
             return collSuccess;
@@ -889,8 +887,7 @@ static collResult_t engine_run_oneshot(struct coll_sched *s)
     return oneshot_wait(comm, req, n, maxb, s, lane, bufs);
 }
 
-/* A round run as a schedule (coll_engine_round behind another call in
- * flight): lane k is x[k]. */
+/* A round as a stage: lane k is x[k]. */
 static void round_buf(void *ctx, const struct coll_lane *l, size_t i, void **p, size_t *bytes)
 {
     const struct coll_xfer *x = ctx;
@@ -901,13 +898,9 @@ static void round_buf(void *ctx, const struct coll_lane *l, size_t i, void **p, 
 
 static const struct coll_sched_ops round_ops = {.buf = round_buf};
 
-/* The round behind another call in flight, whose pieces wait for their
- * connections: the general loop, lane k being x[k]. */
-static __attribute__((noinline)) collResult_t round_run_behind(struct coll_comm *comm,
-                                                              const struct coll_xfer *x, int n,
-                                                              bool last)
+void coll_round_sched(struct coll_comm *comm, const struct coll_xfer *x, int n,
+                      struct coll_lane *lanes, struct coll_sched *s)
 {
-    struct coll_lane lanes[ENGINE_STACK_LANES];
     size_t maxb = 0;
     for (int k = 0; k < n; k++) {
         lanes[k] = (struct coll_lane){.conn = x[k].conn, .is_send = x[k].is_send,
@@ -915,35 +908,21 @@ static __attribute__((noinline)) collResult_t round_run_behind(struct coll_comm 
         if (x[k].bytes > maxb)
             maxb = x[k].bytes;
     }
-    struct coll_sched s = {.comm = comm, .ops = &round_ops, .ctx = (void *)x, .lanes = lanes,
-                           .nlanes = n, .piece_bytes = maxb, .last = last};
-    return coll_engine_run(&s);
+    *s = (struct coll_sched){.comm = comm, .ops = &round_ops, .ctx = (void *)x, .lanes = lanes,
+                             .nlanes = n, .piece_bytes = maxb};
 }
 
-collResult_t coll_engine_round(struct coll_comm *comm, const struct coll_xfer *x, int n,
-                               bool last)
+collResult_t coll_engine_round(struct coll_comm *comm, const struct coll_xfer *x, int n)
 {
-    if (n > ENGINE_STACK_LANES) {
+    if (n > COLL_ROUND_MAX) {
         coll_set_error(comm, "%s: a round of %d transfers (at most %d)", comm->op_name, n,
-                       ENGINE_STACK_LANES);
+                       COLL_ROUND_MAX);
         return collInternalError;
     }
-    if (coll_fiber_behind_any(comm))
-        return round_run_behind(comm, x, n, last);
-    struct coll_req *req[ENGINE_STACK_LANES];
-    size_t maxb = 0;
-    for (int k = 0; k < n; k++) {
-        const struct coll_xfer *t = &x[k];
-        COLL_CHECK(t->is_send
-                       ? coll_exec_isend_mh(comm, t->conn, t->buf, t->bytes, NULL, 0, &req[k])
-                       : coll_exec_irecv_mh(comm, t->conn, t->buf, t->bytes, NULL, &req[k]));
-        if (t->bytes > maxb)
-            maxb = t->bytes;
-    }
-    collResult_t res = oneshot_wait(comm, req, n, maxb, NULL, NULL, NULL);
-    if (last)
-        coll_fiber_last(comm, NULL);
-    return res;
+    struct coll_lane lanes[COLL_ROUND_MAX];
+    struct coll_sched s;
+    coll_round_sched(comm, x, n, lanes, &s);
+    return coll_engine_run(&s);
 }
 
 /* Whether every lane of s is a watch lane of its comm (ll's reads). */
@@ -1007,26 +986,56 @@ static collResult_t engine_run_watch(struct coll_sched *s)
     return collSuccess;
 }
 
-collResult_t coll_engine_run(struct coll_sched *s)
-{
-    if (s->cut_pieces > 0)
-        coll_flight_cut(s->comm, s->cut_bytes, s->cut_pieces);
-    if (sched_is_watch(s))
-        return engine_run_watch(s);
-    /* Behind another call in flight, the pieces wait for their connections. */
-    if (sched_is_oneshot(s) && !coll_fiber_behind_any(s->comm)) {
-        collResult_t res = engine_run_oneshot(s);
-        if (s->last)
-            coll_fiber_last(s->comm, NULL);
-        return res;
-    }
-    collResult_t res = collSuccess;
-    struct coll_req *stack[ENGINE_STACK_LANES], **pending = stack;
+/* The loop's state for one schedule: on the stack of coll_engine_run, or
+ * kept by a call in flight (coll_run_start). */
+struct coll_run {
+    struct coll_sched *s;
+    struct coll_req **pending;
     /* Lane indices: those that wait (the last idle pass's), and the order of a
      * pass (the lanes with pieces, receives before sends). */
-    int istack[2 * ENGINE_STACK_LANES], *waiting = istack, *order, nwait = 0, norder = 0;
+    int *waiting, *order, nwait, norder;
+    struct coll_lane_slot *slots;
+    size_t nslots_heap;      /* slots allocated (not the stack's) */
+    int nlanes_heap;         /* pending and waiting allocated for this many lanes */
+    struct coll_wait w;
+    /* The last idle pass's wait set, reused while nothing moves (a spin costs
+     * a pass and a look at the clock, not a rebuild of the set): np requests
+     * on wcomm; -1 none. */
+    struct coll_comm *wcomm;
+    int np;
+    struct coll_req *stack[ENGINE_STACK_LANES];
+    int istack[2 * ENGINE_STACK_LANES];
     /* The slots are written before they are read: not cleared. */
-    struct coll_lane_slot stack_slots[ENGINE_STACK_SLOTS], *slots = stack_slots;
+    struct coll_lane_slot stack_slots[ENGINE_STACK_SLOTS];
+};
+
+static void run_free_arrays(struct coll_run *r)
+{
+    if (r->slots != r->stack_slots)
+        free(r->slots);
+    if (r->pending != r->stack)
+        free(r->pending);
+    if (r->waiting != r->istack)
+        free(r->waiting);
+    r->slots = r->stack_slots;
+    r->pending = r->stack;
+    r->waiting = r->istack;
+    r->nslots_heap = 0;
+    r->nlanes_heap = 0;
+}
+
+/* Sets r up for s: its lanes' windows, slots and order, and starts them. */
+static collResult_t run_start(struct coll_run *r, struct coll_sched *s)
+{
+    r->s = s;
+    r->np = -1;
+    r->nwait = r->norder = 0;
+    r->wcomm = s->comm;
+    if (r->pending == NULL) { /* first use */
+        r->pending = r->stack;
+        r->waiting = r->istack;
+        r->slots = r->stack_slots;
+    }
     size_t nslots = 0;
     for (int k = 0; k < s->nlanes; k++) {
         struct coll_lane *l = &s->lanes[k];
@@ -1035,121 +1044,245 @@ collResult_t coll_engine_run(struct coll_sched *s)
         if (l->total > 0 && !l->deferred && !l->watch)
             nslots += l->mask + 1;
     }
-    if (s->nlanes > ENGINE_STACK_LANES) {
-        COLL_CHECK(coll_calloc(&pending, (size_t)s->nlanes));
-        if ((waiting = malloc(2 * (size_t)s->nlanes * sizeof(*waiting))) == NULL) {
+    if (s->nlanes > ENGINE_STACK_LANES && s->nlanes > r->nlanes_heap) {
+        if (r->pending != r->stack)
+            free(r->pending);
+        if (r->waiting != r->istack)
+            free(r->waiting);
+        r->pending = r->stack;
+        r->waiting = r->istack;
+        r->nlanes_heap = 0;
+        struct coll_req **pending = calloc((size_t)s->nlanes, sizeof(*pending));
+        int *waiting = malloc(2 * (size_t)s->nlanes * sizeof(*waiting));
+        if (pending == NULL || waiting == NULL) {
             free(pending);
+            free(waiting);
             coll_set_error(s->comm, "%s: out of memory for %d lanes", s->comm->op_name,
                            s->nlanes);
             return collSystemError;
         }
+        r->pending = pending;
+        r->waiting = waiting;
+        r->nlanes_heap = s->nlanes;
     }
-    if (nslots > ENGINE_STACK_SLOTS &&
-        (slots = malloc(nslots * sizeof(*slots))) == NULL) {
-        coll_set_error(s->comm, "%s: out of memory for %zu pieces in flight", s->comm->op_name,
-                       nslots);
-        res = collSystemError;
-        goto out;
+    if (nslots > ENGINE_STACK_SLOTS && nslots > r->nslots_heap) {
+        if (r->slots != r->stack_slots)
+            free(r->slots);
+        r->slots = r->stack_slots;
+        r->nslots_heap = 0;
+        struct coll_lane_slot *slots = malloc(nslots * sizeof(*slots));
+        if (slots == NULL) {
+            coll_set_error(s->comm, "%s: out of memory for %zu pieces in flight",
+                           s->comm->op_name, nslots);
+            return collSystemError;
+        }
+        r->slots = slots;
+        r->nslots_heap = nslots;
     }
-    order = waiting + s->nlanes;
+    r->order = r->waiting + s->nlanes;
     for (int pass = 0; pass < 2; pass++) /* receives before sends */
         for (int k = 0; k < s->nlanes; k++)
             if (s->lanes[k].total > 0 && s->lanes[k].is_send == (pass == 1))
-                order[norder++] = k;
+                r->order[r->norder++] = k;
     s->multi_comm = false;
     s->active = 0;
     for (int k = 0, at = 0; k < s->nlanes; k++) {
         struct coll_lane *l = &s->lanes[k];
         if (l->total > 0 && !l->deferred && !l->watch) {
-            l->slot = slots + at;
+            l->slot = r->slots + at;
             at += (int)(l->mask + 1);
         }
-        COLL_CHECK_GOTO(lane_start(s, l), res, out);
+        COLL_CHECK(lane_start(s, l));
         s->multi_comm |= l->comm != s->comm;
         s->active += lane_active(l);
     }
     if (s->last)
-        coll_fiber_last(s->comm, s);
-    struct coll_wait w;
-    coll_exec_wait_init(s->comm, &w, s->piece_bytes);
-    /* The last idle pass's wait set, reused while nothing moves (a spin costs a
-     * pass and a look at the clock, not a rebuild of the set). */
-    struct coll_comm *wcomm = s->comm;
-    int np = -1;
-    while (!sched_finished(s)) {
-        bool moved = false;
-        if (np >= 0) {
-            /* The last pass moved nothing, so only what lanes wait on can have
-             * changed: look at those lanes alone while spinning, and make the
-             * whole pass once something moves. */
-            for (int j = 0; j < nwait; j++) {
-                struct coll_lane *l = &s->lanes[waiting[j]];
-                if (l->watch)
-                    COLL_CHECK_GOTO(lane_watch(s, l, &moved), res, out);
-                else if (l->lending)
-                    COLL_CHECK_GOTO(lane_take(s, l, &moved), res, out);
-                else
-                    COLL_CHECK_GOTO(lane_complete(s, l, &moved), res, out);
-            }
-            if (!moved) {
-                COLL_CHECK_GOTO(coll_exec_idle(wcomm, &w, pending, np), res, out);
-                if (w.rescan) { /* other calls ran: what blocked a lane may be gone */
-                    w.rescan = false;
-                    np = -1;
-                }
-                continue;
-            }
-            np = -1;
-            coll_exec_moved(&w);
-            if (sched_finished(s))
-                break;
-        }
-        for (int j = 0; j < norder; j++) {
-            struct coll_lane *l = &s->lanes[order[j]];
-            if (l->watch) {
-                COLL_CHECK_GOTO(lane_watch(s, l, &moved), res, out);
-                continue;
-            }
-            /* Nothing left to post (or take) on it. */
-            if (l->lending ? !lane_active(l) : l->posted == l->total)
-                continue;
-            if (l->conn == NULL && !l->deferred)
-                COLL_CHECK_GOTO(lane_connect(s, l, 0, &moved), res, out);
-            if (l->conn == NULL && !l->deferred)
-                continue;
-            if (l->lending)
-                COLL_CHECK_GOTO(lane_take(s, l, &moved), res, out);
+        coll_inflight_last(s->comm, s);
+    coll_exec_wait_init(s->comm, &r->w, s->piece_bytes);
+    return collSuccess;
+}
+
+/* One pass over r's lanes.  After an idle pass that kept its wait set, only
+ * the lanes that wait can have changed: those alone are looked at while
+ * nothing moves, and the whole pass is made once something does. */
+static collResult_t run_pass(struct coll_run *r, bool *moved_p)
+{
+    struct coll_sched *s = r->s;
+    bool moved = false;
+    if (r->np >= 0) {
+        for (int j = 0; j < r->nwait; j++) {
+            struct coll_lane *l = &s->lanes[r->waiting[j]];
+            if (l->watch)
+                COLL_CHECK(lane_watch(s, l, &moved));
+            else if (l->lending)
+                COLL_CHECK(lane_take(s, l, &moved));
             else
-                COLL_CHECK_GOTO(lane_post(s, l, &moved), res, out);
+                COLL_CHECK(lane_complete(s, l, &moved));
         }
-        for (int k = 0; k < s->nlanes; k++) {
-            struct coll_lane *l = &s->lanes[k];
-            if (!l->lending && l->done < l->posted)
-                COLL_CHECK_GOTO(lane_complete(s, l, &moved), res, out);
-        }
-        if (s->ops->progress != NULL && s->ops->progress(s->ctx))
-            moved = true;
-        if (moved) {
-            coll_exec_moved(&w);
+        *moved_p = moved;
+        if (!moved)
+            return collSuccess;
+        r->np = -1;
+        coll_exec_moved(&r->w);
+        if (sched_finished(s))
+            return collSuccess;
+    }
+    for (int j = 0; j < r->norder; j++) {
+        struct coll_lane *l = &s->lanes[r->order[j]];
+        if (l->watch) {
+            COLL_CHECK(lane_watch(s, l, &moved));
             continue;
         }
-        COLL_CHECK_GOTO(sched_idle(s, &w, pending, waiting, &nwait, &wcomm, &np), res, out);
-        if (w.rescan) {
-            w.rescan = false;
-            np = -1;
-        }
+        /* Nothing left to post (or take) on it. */
+        if (l->lending ? !lane_active(l) : l->posted == l->total)
+            continue;
+        if (l->conn == NULL && !l->deferred)
+            COLL_CHECK(lane_connect(s, l, 0, &moved));
+        if (l->conn == NULL && !l->deferred)
+            continue;
+        if (l->lending)
+            COLL_CHECK(lane_take(s, l, &moved));
+        else
+            COLL_CHECK(lane_post(s, l, &moved));
     }
-out:
+    for (int k = 0; k < s->nlanes; k++) {
+        struct coll_lane *l = &s->lanes[k];
+        if (!l->lending && l->done < l->posted)
+            COLL_CHECK(lane_complete(s, l, &moved));
+    }
+    if (s->ops->progress != NULL && s->ops->progress(s->ctx))
+        moved = true;
+    *moved_p = moved;
+    return collSuccess;
+}
+
+/* The end of r's schedule, finished or failed: steps let go, arrays kept. */
+static void run_end(struct coll_run *r)
+{
+    struct coll_sched *s = r->s;
+    if (s == NULL)
+        return;
     if (s->last)
-        coll_fiber_last(s->comm, NULL);
+        coll_inflight_last(s->comm, NULL);
     for (int k = 0; k < s->nlanes; k++)
         if (s->lanes[k].steps != NULL)
             lane_free_steps(&s->lanes[k]);
-    if (slots != stack_slots)
-        free(slots);
-    if (pending != stack)
-        free(pending);
-    if (waiting != istack)
-        free(waiting);
+    r->s = NULL;
+}
+
+collResult_t coll_run_start(struct coll_run **r_p, struct coll_sched *s)
+{
+    if (*r_p == NULL) {
+        struct coll_run *r = malloc(sizeof(*r));
+        if (r == NULL) {
+            coll_set_error(s->comm, "%s: out of memory for a call in flight", s->comm->op_name);
+            return collSystemError;
+        }
+        r->s = NULL;
+        r->pending = NULL;
+        r->nslots_heap = 0;
+        r->nlanes_heap = 0;
+        *r_p = r;
+    }
+    if (s->cut_pieces > 0)
+        coll_flight_cut(s->comm, s->cut_bytes, s->cut_pieces);
+    collResult_t res = run_start(*r_p, s);
+    if (res != collSuccess)
+        run_end(*r_p);
+    return res;
+}
+
+collResult_t coll_run_pass(struct coll_run *r, bool *moved_p)
+{
+    r->np = -1; /* beside other calls every pass is whole: their waits are one */
+    collResult_t res = run_pass(r, moved_p);
+    if (*moved_p)
+        coll_exec_moved(&r->w);
+    return res;
+}
+
+bool coll_run_finished(const struct coll_run *r)
+{
+    return sched_finished(r->s);
+}
+
+int coll_run_lanes(const struct coll_run *r)
+{
+    return r->s->nlanes;
+}
+
+int coll_run_pending(struct coll_run *r, struct coll_req **out, int *steps_p, int *watches_p,
+                     bool *unconnected_p)
+{
+    struct coll_sched *s = r->s;
+    struct coll_wait w = {0};
+    int n = sched_pending(s, NULL, out, &w, NULL, NULL);
+    *steps_p += w.steps;
+    *watches_p += w.watches;
+    for (int k = 0; k < s->nlanes; k++) {
+        const struct coll_lane *l = &s->lanes[k];
+        if (lane_active(l) && !l->deferred && !l->watch && l->conn == NULL)
+            *unconnected_p = true;
+    }
+    return n;
+}
+
+void coll_run_end(struct coll_run *r)
+{
+    run_end(r);
+}
+
+void coll_run_free(struct coll_run *r)
+{
+    if (r == NULL)
+        return;
+    run_end(r);
+    if (r->pending != NULL)
+        run_free_arrays(r);
+    free(r);
+}
+
+collResult_t coll_engine_run(struct coll_sched *s)
+{
+    if (s->cut_pieces > 0)
+        coll_flight_cut(s->comm, s->cut_bytes, s->cut_pieces);
+    if (sched_is_watch(s))
+        return engine_run_watch(s);
+    /* Behind another call in flight, the pieces wait for their connections. */
+    if (sched_is_oneshot(s) && !coll_inflight_behind_any(s->comm)) {
+        collResult_t res = engine_run_oneshot(s);
+        if (s->last)
+            coll_inflight_last(s->comm, NULL);
+        return res;
+    }
+    struct coll_run r;
+    r.pending = NULL;
+    r.nslots_heap = 0;
+    r.nlanes_heap = 0;
+    collResult_t res = run_start(&r, s);
+    while (res == collSuccess && !sched_finished(s)) {
+        bool moved;
+        if ((res = run_pass(&r, &moved)) != collSuccess)
+            break;
+        if (moved)
+            coll_exec_moved(&r.w);
+        else if (r.np >= 0)
+            res = coll_exec_idle(r.wcomm, &r.w, r.pending, r.np);
+        else
+            res = sched_idle(s, &r.w, r.pending, r.waiting, &r.nwait, &r.wcomm, &r.np);
+    }
+    run_end(&r);
+    run_free_arrays(&r);
+    return res;
+}
+
+collResult_t coll_prog_run(struct coll_prog *p)
+{
+    collResult_t res;
+    while ((res = p->next(p)) == collSuccess && p->sched != NULL)
+        if ((res = coll_engine_run(p->sched)) != collSuccess)
+            break;
+    if (p->fini != NULL)
+        p->fini(p);
     return res;
 }

@@ -1,13 +1,20 @@
-/* The engine: runs schedules.
+/* The engine: runs programs.
  *
- * An algorithm (or send/receive) describes its work as a schedule: a set of
- * lanes, each one direction of one connection (or a lane of deferred steps with
- * no connection), carrying pieces 0..total-1 in order.  The algorithm says when
- * piece i of a lane may start: a lag behind a count (another lane's pieces
- * done, as pipe.h's lags are, or one of its own; coll_lane.after), checked by
- * the engine, and anything else by the ready callback.  Callbacks say where its bytes are (buf) and what to do
- * once it is done (done: reduce, count); work that belongs to no lane (a
- * reduction waiting on several children) is `progress`.
+ * A call is a program (struct coll_prog): a sequence of stages, each a
+ * schedule, that the algorithm builds and hands over; between stages its
+ * next() does the local work (a round's reduction) and sets the next stage.
+ * The algorithm never loops over the engine: coll_prog_run runs a program
+ * alone, and the set of calls in flight (inflight.h) runs several of a
+ * communicator at once in the same loop.
+ *
+ * A schedule is a set of lanes, each one direction of one connection (or a
+ * lane of deferred steps with no connection), carrying pieces 0..total-1 in
+ * order.  The algorithm says when piece i of a lane may start: a lag behind a
+ * count (another lane's pieces done, as pipe.h's lags are, or one of its own;
+ * coll_lane.after), checked by the engine, and anything else by the ready
+ * callback.  Callbacks say where its bytes are (buf) and what to do once it is
+ * done (done: reduce, count); work that belongs to no lane (a reduction
+ * waiting on several children) is `progress`.
  * The engine owns everything else, in one loop for every schedule:
  *
  *   pass:  receives posted (or taken where the transport lends them)
@@ -86,7 +93,7 @@ void coll_step_run(struct coll_step *s);
 
 struct coll_lane {
     /* Set by the algorithm. */
-    struct coll_conn *conn;  /* NULL on a lane of connection: ops->find_conn finds it */
+    struct coll_conn *conn;  /* NULL: a deferred or watch lane, or one that accepts it */
     bool deferred;           /* a lane of deferred steps (ops->start), no connection */
     struct coll_comm *comm;  /* NULL: the schedule's (a group spans communicators) */
     bool is_send;
@@ -114,6 +121,11 @@ struct coll_lane {
      * of the algorithm's (slices reduced, slots free). */
     const size_t *after;
     size_t lag;
+    /* A receive lane whose connection is not made yet (conn NULL): with
+     * `accept`, the engine accepts it from rank `peer` while the rest of the
+     * schedule moves, so that a program waits for no peer outside the loop. */
+    bool accept;
+    int peer;
 
     /* The engine's. */
     size_t posted, done;     /* pieces posted (started) and done */
@@ -129,7 +141,7 @@ struct coll_lane {
         struct coll_req *req;
     } *slot;
     struct coll_step *steps; /* deferred lanes, and lanes whose work is: mask + 1 */
-    bool granted;            /* no earlier call in flight holds conn (fiber.h) */
+    bool granted;            /* no earlier call in flight holds conn (inflight.h) */
     struct coll_req standin; /* what a wait on a lending lane watches */
     bool defer;              /* received pieces' work goes to the comm's runner */
     size_t running;          /* such steps handed over and not yet retired */
@@ -157,10 +169,6 @@ struct coll_sched_ops {
     /* Optional: starts deferred step i of l (a lane with no connection); it ends
      * with coll_step_complete(s, ...), now or later, from any thread. */
     void (*start)(void *ctx, struct coll_lane *l, size_t i, struct coll_step *s);
-    /* Optional: looks for the connection of a lane that has none yet (a receive
-     * whose sender connects when its code gets there), waiting up to wait_ms;
-     * sets l->conn when it is there. */
-    collResult_t (*find_conn)(void *ctx, struct coll_lane *l, int wait_ms);
     /* Optional: work of no one lane; returns whether it moved anything. */
     bool (*progress)(void *ctx);
     /* Optional: whether the schedule is done once every lane is (the last
@@ -175,9 +183,9 @@ struct coll_sched {
     struct coll_lane *lanes;
     int nlanes;
     size_t piece_bytes;      /* largest piece, for the waiting policy */
-    /* The call's last schedule: after it starts, the call posts on no
-     * connection but its lanes', so a later call in flight (fiber.h) may use
-     * the others at once, and each of these once its lane has posted all. */
+    /* The call's last stage: after it starts, the call posts on no
+     * connection but its lanes', so a later call in flight (inflight.h) may
+     * use the others at once, and each of these once its lane has posted all. */
     bool last;
     /* The work on received pieces (done(), consume()) may run on the comm's
      * runner (coll_step_runner), later and in any order against each other:
@@ -191,10 +199,57 @@ struct coll_sched {
     int active;              /* the engine's: lanes with pieces not done */
 };
 
-/* Runs s to completion (or the first failure, described and poisoning the
- * comm).  Lanes' engine fields must be zero.  Over lanes of several comms, each
- * comm's deadline and abort count for its own lanes. */
+/* Sets l's connection to rank peer (l->is_send: its direction): a send's is
+ * made now (connecting waits for no one); a receive's not made yet is left
+ * for the engine to accept while the schedule runs (l->accept). */
+collResult_t coll_lane_link(struct coll_comm *comm, struct coll_lane *l, int peer);
+
+/* A call as the engine runs it: stages, each a schedule, set by next(). */
+struct coll_prog {
+    struct coll_comm *comm;
+    /* Sets sched to the next stage (its lanes' engine fields zero), or to NULL
+     * when the call is over; called first when the program starts, then each
+     * time its stage has finished.  The local work between two stages (a
+     * round's reduction, a copy into place) is done here.  A failure ends the
+     * program (described on comm). */
+    collResult_t (*next)(struct coll_prog *p);
+    /* Optional: frees the program, after its last next() or its failure. */
+    void (*fini)(struct coll_prog *p);
+    struct coll_sched *sched;
+    int pc;                  /* the algorithm's: where next() goes on */
+};
+
+/* Runs p alone to its end (or its first failure, described and poisoning the
+ * comm), then finis it. */
+collResult_t coll_prog_run(struct coll_prog *p);
+
+/* Runs one schedule to completion (or the first failure, described and
+ * poisoning the comm): a program of one stage.  Lanes' engine fields must be
+ * zero.  Over lanes of several comms, each comm's deadline and abort count for
+ * their own lanes. */
 collResult_t coll_engine_run(struct coll_sched *s);
+
+/* --- a schedule in flight, for the set of calls in flight (inflight.c) --- */
+
+struct coll_run;
+/* Prepares s to run beside others: its state in *r (made on first use,
+ * reused after). */
+collResult_t coll_run_start(struct coll_run **r_p, struct coll_sched *s);
+/* One pass over r's lanes; *moved_p: whether anything moved. */
+collResult_t coll_run_pass(struct coll_run *r, bool *moved_p);
+/* Whether r's schedule is done. */
+bool coll_run_finished(const struct coll_run *r);
+/* What r waits on, for a wait on the union of several: its requests into
+ * out (room for its lanes), and into *steps_p / *watches_p the steps and
+ * watch lanes waited for (added); how many requests.  *unconnected_p: a lane
+ * still looks for its connection. */
+int coll_run_pending(struct coll_run *r, struct coll_req **out, int *steps_p, int *watches_p,
+                     bool *unconnected_p);
+/* Lanes of r's schedule (room coll_run_pending needs). */
+int coll_run_lanes(const struct coll_run *r);
+/* Ends r's schedule (its steps let go), keeping r for the next. */
+void coll_run_end(struct coll_run *r);
+void coll_run_free(struct coll_run *r);
 
 /* One transfer of a round (coll_engine_round). */
 struct coll_xfer {
@@ -204,13 +259,16 @@ struct coll_xfer {
     bool is_send;
 };
 
-/* Runs the smallest schedule, one round: the transfers x[0..n) all at once,
- * posted in the order given (receives first, as the general loop does), then
- * waited for together.  The same as coll_engine_run on n lanes of one piece
- * each, with none of the lanes' bookkeeping: recursive doubling's exchanges,
- * whose time at small sizes is the loop's.  last as coll_sched.last. */
-collResult_t coll_engine_round(struct coll_comm *comm, const struct coll_xfer *x, int n,
-                               bool last);
+/* A round, the smallest schedule: lanes[k] carries x[k] (n <= COLL_ROUND_MAX),
+ * all at once, in *s; x must live as long as the stage.  The engine runs it
+ * with none of the lanes' bookkeeping (every piece posted, receives first, then
+ * all waited for together): recursive doubling's rounds, an algorithm's small
+ * steps, whose time at small sizes is the loop's. */
+#define COLL_ROUND_MAX 16
+void coll_round_sched(struct coll_comm *comm, const struct coll_xfer *x, int n,
+                      struct coll_lane *lanes, struct coll_sched *s);
+/* Runs the round x[0..n) alone: coll_engine_run of its schedule. */
+collResult_t coll_engine_round(struct coll_comm *comm, const struct coll_xfer *x, int n);
 
 /* The communicator's poll set and wake-up descriptor (comm->engine), made at
  * communicator creation and freed with it. */

@@ -7,7 +7,7 @@
  * noticed; abort and a finished deferred step wake it at once.  No wait is
  * unbounded. */
 #include "exec.h"
-#include "fiber.h"
+#include "inflight.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -396,12 +396,12 @@ static collResult_t exec_watch_idle(struct coll_comm *comm, struct coll_wait *w)
 collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
                             struct coll_req *const *reqs, int nreqs)
 {
-    if (w->watches > 0 && nreqs == 0 && w->steps == 0 && !coll_fibers_many(comm))
+    if (w->watches > 0 && nreqs == 0 && w->steps == 0 && !coll_inflight_many(comm))
         return exec_watch_idle(comm, w);
     /* A rank with a core of its own that waits on shared memory polls again at
      * once: the clock, abort and a yield are looked at every 64th call only. */
     if (w->idle_since != 0 && !comm->oversubscribed && (++w->idle_calls & 63) != 0 &&
-        !coll_fibers_many(comm) && exec_all_cheap(reqs, nreqs, w->steps + w->watches)) {
+        !coll_inflight_many(comm) && exec_all_cheap(reqs, nreqs, w->steps + w->watches)) {
         coll_exec_cpu_relax();
         return collSuccess;
     }
@@ -419,22 +419,8 @@ collResult_t coll_exec_idle(struct coll_comm *comm, struct coll_wait *w,
     COLL_CHECK(exec_state(comm, now, reqs, nreqs, w));
     if (w->watches > 0)
         COLL_CHECK(exec_watch_failures(comm, w));
-    /* With other calls in flight: let them run, or wait for them all. */
     int steps = w->steps;
     int64_t idle_since = w->idle_since;
-    switch (coll_fiber_idle(comm, fresh, now, &reqs, &nreqs, &steps, &idle_since)) {
-    case COLL_FIBER_RESCAN:
-        w->rescan = true;
-        return collSuccess;
-    case COLL_FIBER_YIELDED:
-        return collSuccess;
-    case COLL_FIBER_UNION: /* the spin counts from the last move of any call */
-        if (idle_since < w->idle_since)
-            idle_since = w->idle_since;
-        break;
-    case COLL_FIBER_ALONE:
-        break;
-    }
     /* Over transports whose test() is a few loads (shared memory) a wait keeps
      * polling longer: blocking and waking cost system calls on both sides. */
     int64_t spin = w->spin_ns;

@@ -16,8 +16,6 @@ struct coll_wait {
     int watch_peer;     /* the rank the first of them waits for */
     unsigned looks;     /* looks at failures while watching (exec.c) */
     bool woke_idle;     /* the last block woke on a descriptor, and nothing moved since */
-    bool rescan;        /* the wait let other calls in flight run (fiber.h): the
-                         * caller looks at everything again, not only what it waited on */
 };
 
 #define COLL_EXEC_SPIN_MAX_BYTES (32 * 1024)

@@ -82,7 +82,7 @@ bool coll_flight_peer_bytes(const struct coll_comm *comm, int peer, uint64_t *se
                             uint64_t *recvd_posted_p);
 
 /* The owner's state of one call's open record: several calls in flight on a
- * progress thread (fiber.h) each keep their own, swapped with their fiber. */
+ * progress thread (inflight.h) each keep their own, loaded while worked on. */
 struct coll_flight_call {
     void *cur;
     int hint;

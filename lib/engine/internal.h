@@ -171,14 +171,14 @@ struct coll_comm {
     /* Progress thread for calls on streams (stream.c); set by the first such
      * call, read by blocking calls of any thread. */
     struct coll_async *_Atomic async;
-    /* Calls in flight at once on the progress thread, each in a fiber
-     * (fiber.h): the group, the fibers not ended (the progress thread's), and
-     * the same for other threads to read. */
-    struct coll_fibers *fibers;
+    /* Calls in flight at once on the progress thread (inflight.h): the set,
+     * its calls not ended (the progress thread's), and the same for other
+     * threads to read. */
+    struct coll_inflight *inflight;
     int stream_overlap;            /* at most this many (COLL_STREAM_OVERLAP) */
     uint8_t barrier_byte;          /* collBarrier's buffer, in and out */
-    int fibers_running;
-    atomic_int fibers_running_any;
+    int inflight_running;
+    atomic_int inflight_any;
 
     /* Configuration (collConfig_t) and lifecycle. */
     bool blocking;                 /* false: NULL-stream calls queue on nb_stream */

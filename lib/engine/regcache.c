@@ -17,7 +17,7 @@
 
 #include <string.h>
 
-#include "fiber.h"
+#include "inflight.h"
 #include "internal.h"
 #include "mem.h"
 
@@ -283,6 +283,6 @@ void *coll_reg_handle(struct coll_comm *comm, const struct coll_conn *c, const v
     struct coll_regcache *rc;
     if (ctx == NULL || coll_comm_regcache(comm, &rc) != collSuccess)
         return NULL;
-    coll_regcache_spare_from(rc, coll_fiber_oldest_seq(comm));
+    coll_regcache_spare_from(rc, coll_inflight_oldest_seq(comm));
     return coll_regcache_get(rc, tp, ctx, buf, len, comm->seq);
 }

@@ -62,7 +62,7 @@ void coll_regcache_free(struct coll_regcache *rc);
 void *coll_regcache_get(struct coll_regcache *rc, const struct coll_transport *tp, void *ctx,
                         const void *buf, size_t len, uint64_t op);
 /* Spares, besides op's, the entries of every call from op on (0: none): the
- * calls in flight at once on a progress thread (fiber.h). */
+ * calls in flight at once on a progress thread (inflight.h). */
 void coll_regcache_spare_from(struct coll_regcache *rc, uint64_t op);
 /* collCommRegister / collCommDeregister on the cache: *handle_p names the range
  * for remove.  remove returns collInvalidArgument for a handle it did not give. */

@@ -12,7 +12,6 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "fiber.h"
 #include "internal.h"
 
 static const struct coll_transport *const transport_table[] = {
@@ -329,10 +328,6 @@ transport_get_conn(struct coll_comm *comm, int peer, bool is_send, int64_t until
             }
             next_probe = coll_now_ns() + 1000000000LL;
         }
-        /* With other calls in flight on this thread, they run meanwhile: the
-         * peer may need their bytes before it gets to connecting. */
-        if (coll_fiber_pause(comm))
-            continue;
         struct pollfd pfds[COLL_CONN_MAX_FDS + 2];
         struct coll_conn *l = st->listener;
         for (int i = 0; i < l->nfds; i++)

@@ -375,6 +375,17 @@ def worker():
             q.wait()
         same(from_prev, torch.full((3,), prv + 0.5), "batch_isend_irecv from prev")
         same(from_next, torch.full((3,), nxt + 0.25), "batch_isend_irecv from next")
+        # irecv issued alone (the batch falls due and goes to the library by itself), then
+        # isend on every rank: the receive, whose sender waits for this rank's send, must
+        # keep neither the send's batch (the completion thread waits for the receive) nor
+        # its library group (the communicator's queue) behind it.
+        got = torch.zeros(5)
+        rq = dist.irecv(got, prv)
+        time.sleep(0.05)
+        sq = dist.isend(torch.full((5,), rank + 0.75), nxt)
+        rq.wait()
+        sq.wait()
+        same(got, torch.full((5,), prv + 0.75), "irecv alone, then isend")
 
     # -- barrier ---------------------------------------------------------------------------
     pg0 = dist.distributed_c10d._get_default_group()

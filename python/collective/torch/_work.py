@@ -16,7 +16,9 @@ one of three ways:
     that two ranks that send to each other first (batch_isend_irecv, pipeline schedules)
     do not wait for each other.  The batch is issued when one of its Works is waited for
     or queried, when another call is made on the group, at _end_coalescing, or at the
-    latest _P2P_BATCH_S after its last send or receive (by the completion thread).
+    latest _P2P_BATCH_S after its last send or receive (by the group's batch thread, not
+    the completion thread: that one may be waiting for a receive whose sender waits
+    for this rank's send in the batch).
 
 Calls of one communicator run in the order they were issued, however they run.
 """
@@ -51,7 +53,6 @@ _CLOSE_GRACE_S = 10.0
 
 # Guards the fields that a Work's completion and its waiters share (_done, _event, _src).
 _LOCK = threading.Lock()
-_TICK = object()  # wakes the completion thread to look at the batch's deadline
 
 
 def _unwrap(fut):
@@ -229,7 +230,9 @@ class State:
         self.inflight = 0
         # Sends and receives not yet issued: (kind, buffer, peer, Dst or None, Work).
         self.batch = []
-        self.batch_due = None     # when the completion thread issues the batch
+        self.batch_due = None     # when the batch thread issues the batch
+        self.batch_cv = threading.Condition(self.lock)  # batch_due set, or closed
+        self.batcher = None       # the batch thread, started with the first deferred batch
         self.window = None        # the Works of a coalescing window, when one is open
         self.thread = threading.Thread(target=self._run, name=f"collective-done {label}",
                                        daemon=True)
@@ -267,8 +270,13 @@ class State:
                 return
             wake = self.batch_due is None
             self.batch_due = time.monotonic() + _P2P_BATCH_S
-        if wake:
-            self.queue.put(_TICK)
+            if self.batcher is None:
+                self.batcher = threading.Thread(target=self._batch_run,
+                                                name=f"collective-batch {self.label}",
+                                                daemon=True)
+                self.batcher.start()
+            elif wake:
+                self.batch_cv.notify()
 
     def flush_batch(self, inline):
         with self.lock:
@@ -406,25 +414,31 @@ class State:
     def _run(self):
         torch.set_grad_enabled(False)  # copies back into leaves that require grad
         while True:
-            due = self.batch_due
-            try:
-                if due is None:
-                    item = self.queue.get()
-                else:
-                    item = self.queue.get(timeout=max(0.0, due - time.monotonic()))
-            except queue.Empty:
-                item = _TICK
-            if item is _TICK:
-                with self.lock:
-                    due = self.batch_due
-                    if self.batch and due is not None and time.monotonic() >= due:
-                        self._flush(inline=False)
-                continue
+            item = self.queue.get()
             if item is None:
                 break
             self._complete(item)
         if self.destroyed is False and self._in_own_thread_close:
             self._teardown()
+
+    # -- the batch thread -------------------------------------------------------------------
+    def _batch_run(self):
+        """Issues the batch of sends and receives when it falls due, until the group
+        closes (close issues what is left)."""
+        with self.lock:
+            while not self.closed:
+                due = self.batch_due
+                if due is None:
+                    self.batch_cv.wait()
+                    continue
+                left = due - time.monotonic()
+                if left > 0:
+                    self.batch_cv.wait(left)
+                    continue
+                if self.batch:
+                    self._flush(inline=False)
+                else:
+                    self.batch_due = None
 
     def _complete(self, item):
         error = None
@@ -466,6 +480,9 @@ class State:
             if self.batch:
                 self._flush(inline=False)
             self.closed = True
+            self.batch_cv.notify_all()
+        if self.batcher is not None and threading.current_thread() is not self.batcher:
+            self.batcher.join()
         self.queue.put(None)
         if threading.current_thread() is self.thread:
             self._in_own_thread_close = True  # the loop tears down once it ends
