@@ -12,6 +12,7 @@
 #include "exec.h"
 #include "pattern.h"
 #include "pipe.h"
+#include "prog.h"
 #include "reduce.h"
 
 static size_t group_slice_bytes(const struct coll_comm *comm)
@@ -19,19 +20,14 @@ static size_t group_slice_bytes(const struct coll_comm *comm)
     return comm->chunk_bytes ? comm->chunk_bytes : 1;
 }
 
-/* The connections to the next and from the previous place, as wanted. */
+/* p's connections to the next and from the previous place, as wanted (the
+ * receive's accepted by the stage when it is not made yet). */
 static collResult_t group_conns(struct coll_comm *comm, const struct coll_ring_group *g,
-                                bool send, bool recv, struct coll_conn **send_p,
-                                struct coll_conn **recv_p)
+                                bool send, bool recv, struct coll_pipe *p)
 {
     int prev, next;
     coll_ring_neighbors(g->pos, g->n, &prev, &next);
-    /* Receive side first: the connect to next completes in its backlog. */
-    if (send)
-        COLL_CHECK(coll_transport_get_conn(comm, g->members[next], true, send_p));
-    if (recv)
-        COLL_CHECK(coll_transport_get_conn(comm, g->members[prev], false, recv_p));
-    return collSuccess;
+    return coll_pipe_link(comm, p, send ? g->members[next] : -1, recv ? g->members[prev] : -1);
 }
 
 /* --- chain broadcast --- */
@@ -61,22 +57,26 @@ static void bcast_recv(void *vctx, size_t i, void **p, size_t *bytes)
     *bytes = len;
 }
 
-collResult_t coll_group_bcast(struct coll_comm *comm, const struct coll_ring_group *g, int root,
+collResult_t coll_group_bcast(struct coll_frame *fr, const struct coll_ring_group *g, int root,
                               const void *src, void *dst, size_t bytes, bool last)
 {
+    struct coll_comm *comm = fr->prog.comm;
     int n = g->n, at = coll_mod((long)g->pos - root, n);
     if (n == 1 || bytes == 0)
         return collSuccess;
-    struct bcast_ctx x = {.src = src, .dst = dst, .bytes = bytes, .is_root = at == 0};
-    x.K = coll_slices(bytes, group_slice_bytes(comm));
-    struct coll_pipe p = {.last = last, .comm = comm, .total = x.K, .send_after_recv = at > 0,
-                          .window = 8, .ctx = &x, .send_buf = bcast_send, .recv_buf = bcast_recv,
-                          .piece_bytes = (bytes + x.K - 1) / x.K,
+    struct bcast_ctx *x;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*x), (void **)&x));
+    *x = (struct bcast_ctx){.src = src, .dst = dst, .bytes = bytes, .is_root = at == 0};
+    x->K = coll_slices(bytes, group_slice_bytes(comm));
+    struct coll_pipe p = {.last = last, .comm = comm, .total = x->K, .send_after_recv = at > 0,
+                          .window = 8, .ctx = x, .send_buf = bcast_send, .recv_buf = bcast_recv,
+                          .piece_bytes = (bytes + x->K - 1) / x->K,
                           /* Slices land in dst as they are. */
-                          .send_reg = x.is_root ? src : dst, .send_reg_bytes = bytes,
+                          .send_reg = x->is_root ? src : dst, .send_reg_bytes = bytes,
                           .recv_reg = dst, .recv_reg_bytes = bytes};
-    COLL_CHECK(group_conns(comm, g, at < n - 1, at > 0, &p.send_conn, &p.recv_conn));
-    return coll_pipe_run(&p);
+    COLL_CHECK(group_conns(comm, g, at < n - 1, at > 0, &p));
+    coll_frame_pipes(fr, &p, 1);
+    return collSuccess;
 }
 
 /* --- chain reduce --- */
@@ -134,10 +134,11 @@ size_t coll_group_reduce_slots(const struct coll_comm *comm, size_t count, collD
     return (size_t)comm->depth * ((count + K - 1) / K) * esize;
 }
 
-collResult_t coll_group_reduce(struct coll_comm *comm, const struct coll_ring_group *g, int root,
+collResult_t coll_group_reduce(struct coll_frame *fr, const struct coll_ring_group *g, int root,
                                const void *own, void *dst, size_t count, collDataType_t dtype,
                                collRedOp_t op, int avg_div, void *slots, bool last)
 {
+    struct coll_comm *comm = fr->prog.comm;
     int n = g->n, at = coll_mod((long)g->pos - root - 1, n); /* 0: the chain's first */
     size_t esize = coll_dtype_size(dtype);
     bool is_root = g->pos == root;
@@ -151,56 +152,101 @@ collResult_t coll_group_reduce(struct coll_comm *comm, const struct coll_ring_gr
         return collSuccess;
     }
     size_t slice = group_slice_bytes(comm) / esize;
-    struct reduce_ctx x = {.own = own, .dst = dst, .slots = slots, .count = count,
-                           .esize = esize, .dtype = dtype, .op = op, .avg_div = avg_div,
-                           .is_root = is_root, .is_first = at == 0};
-    x.K = coll_slices(count, slice ? slice : 1);
-    x.nslots = (size_t)comm->depth;
-    x.slot_bytes = ((count + x.K - 1) / x.K) * esize;
+    struct reduce_ctx *x;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*x), (void **)&x));
+    *x = (struct reduce_ctx){.own = own, .dst = dst, .slots = slots, .count = count,
+                             .esize = esize, .dtype = dtype, .op = op, .avg_div = avg_div,
+                             .is_root = is_root, .is_first = at == 0};
+    x->K = coll_slices(count, slice ? slice : 1);
+    x->nslots = (size_t)comm->depth;
+    x->slot_bytes = ((count + x->K - 1) / x->K) * esize;
     /* A middle member forwards from the slot it reduced into, so a slot is
      * reused only once its forward send is done (recv_lag); the root frees it as
      * soon as it is reduced. */
-    struct coll_pipe p = {.last = last, .comm = comm, .total = x.K,
-                          .send_after_recv = !x.is_first, .recv_lag = is_root ? 0 : x.nslots,
-                          .window = x.nslots, .ctx = &x, .send_buf = reduce_send,
+    struct coll_pipe p = {.last = last, .comm = comm, .total = x->K,
+                          .send_after_recv = !x->is_first, .recv_lag = is_root ? 0 : x->nslots,
+                          .window = x->nslots, .ctx = x, .send_buf = reduce_send,
                           .recv_buf = reduce_recv, .process = reduce_process,
-                          .piece_bytes = x.slot_bytes};
-    COLL_CHECK(group_conns(comm, g, !is_root, !x.is_first, &p.send_conn, &p.recv_conn));
-    return coll_pipe_run(&p);
+                          .piece_bytes = x->slot_bytes};
+    COLL_CHECK(group_conns(comm, g, !is_root, !x->is_first, &p));
+    coll_frame_pipes(fr, &p, 1);
+    return collSuccess;
 }
 
-/* --- binomial trees --- */
+/* --- binomial trees ---
+ *
+ * A program of one message per stage (prog.h: its next() written here): the
+ * broadcast receives from its parent, then sends to its children; the reduce
+ * receives from each child and adds it, then sends up. */
 
-/* One message to or from the member at place p, alone. */
-static collResult_t tree_xfer(struct coll_comm *comm, const struct coll_ring_group *g, int p,
-                              bool send, void *buf, size_t bytes)
+struct gtree {
+    struct coll_frame *fr;
+    const struct coll_ring_group *g;
+    int n, root, vr, mask;
+    bool reduce, got;          /* reduce: a child's partial waits in `in` to be added */
+    const void *from;          /* broadcast: what goes to the children */
+    void *dst;
+    /* reduce */
+    char *acc, *in;
+    const char *partial;
+    size_t count, bytes;
+    collDataType_t dtype;
+    collRedOp_t op;
+    int avg_div;
+    struct coll_xfer x;
+    struct coll_lane lane;
+    struct coll_sched sched;
+};
+
+/* The next stage: one message to or from the member at place p. */
+static collResult_t gtree_xfer(struct gtree *t, int p, bool send, void *buf, size_t bytes)
 {
-    struct coll_xfer x = {.buf = buf, .bytes = bytes, .is_send = send};
-    if (bytes == 0)
-        return collSuccess;
-    COLL_CHECK(coll_transport_get_conn(comm, g->members[p], send, &x.conn));
-    return coll_engine_round(comm, &x, 1);
+    struct coll_comm *comm = t->fr->prog.comm;
+    t->x = (struct coll_xfer){.buf = buf, .bytes = bytes, .is_send = send};
+    coll_round_sched(comm, &t->x, 1, &t->lane, &t->sched);
+    COLL_CHECK(coll_lane_link(comm, &t->lane, t->g->members[p]));
+    t->fr->prog.sched = &t->sched;
+    return collSuccess;
 }
 
-collResult_t coll_group_tree_bcast(struct coll_comm *comm, const struct coll_ring_group *g,
+static collResult_t gtree_bcast_next(struct coll_prog *prog)
+{
+    struct gtree *t = ((struct coll_frame *)prog)->state;
+    int n = t->n, vr = t->vr, root = t->root;
+    prog->sched = NULL;
+    if (t->mask < 0) { /* first: the parent, vr without its lowest set bit */
+        int mask = 1;
+        while (mask < n && !(vr & mask))
+            mask <<= 1;
+        t->mask = mask >> 1;
+        if (vr != 0) {
+            t->from = t->dst;
+            return gtree_xfer(t, (vr - mask + root) % n, false, t->dst, t->bytes);
+        }
+    }
+    /* Then the children vr + 2^k below that bit, farthest first. */
+    for (; t->mask > 0; t->mask >>= 1)
+        if (vr + t->mask < n) {
+            int child = (vr + t->mask + root) % n;
+            t->mask >>= 1;
+            return gtree_xfer(t, child, true, (void *)t->from, t->bytes);
+        }
+    return collSuccess;
+}
+
+collResult_t coll_group_tree_bcast(struct coll_frame *fr, const struct coll_ring_group *g,
                                    int root, const void *src, void *dst, size_t bytes)
 {
-    int n = g->n, vr = coll_mod((long)g->pos - root, n); /* place relative to the root */
+    int n = g->n;
     if (n == 1 || bytes == 0)
         return collSuccess;
-    /* Receive from the parent (vr without its lowest set bit), then send to the
-     * children vr + 2^k below that bit, farthest first. */
-    int mask = 1;
-    while (mask < n && !(vr & mask))
-        mask <<= 1;
-    const void *from = src;
-    if (vr != 0) {
-        COLL_CHECK(tree_xfer(comm, g, (vr - mask + root) % n, false, dst, bytes));
-        from = dst;
-    }
-    for (mask >>= 1; mask > 0; mask >>= 1)
-        if (vr + mask < n)
-            COLL_CHECK(tree_xfer(comm, g, (vr + mask + root) % n, true, (void *)from, bytes));
+    struct gtree *t;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*t), (void **)&t));
+    *t = (struct gtree){.fr = fr, .g = g, .n = n, .root = root,
+                        .vr = coll_mod((long)g->pos - root, n), .mask = -1, .from = src,
+                        .dst = dst, .bytes = bytes};
+    fr->state = t;
+    fr->prog.next = gtree_bcast_next;
     return collSuccess;
 }
 
@@ -209,7 +255,37 @@ size_t coll_group_tree_reduce_work(size_t count, collDataType_t dtype)
     return 2 * count * coll_dtype_size(dtype);
 }
 
-collResult_t coll_group_tree_reduce(struct coll_comm *comm, const struct coll_ring_group *g,
+static collResult_t gtree_reduce_next(struct coll_prog *prog)
+{
+    struct gtree *t = ((struct coll_frame *)prog)->state;
+    int n = t->n, vr = t->vr, root = t->root;
+    prog->sched = NULL;
+    if (t->mask == 0) /* over */
+        return collSuccess;
+    if (t->got) { /* a child's partial arrived: added in the order of the children */
+        coll_reduce(t->op, t->dtype, t->acc, t->partial, t->in, t->count);
+        t->partial = t->acc;
+        t->got = false;
+        t->mask <<= 1;
+    }
+    /* Children vr + 1, vr + 2, vr + 4, ... below vr's lowest set bit. */
+    for (; t->mask < n && !(vr & t->mask); t->mask <<= 1)
+        if (vr + t->mask < n) {
+            t->got = true;
+            return gtree_xfer(t, (vr + t->mask + root) % n, false, t->in, t->bytes);
+        }
+    int mask = t->mask;
+    t->mask = 0;
+    if (vr != 0)
+        return gtree_xfer(t, (vr - mask + root) % n, true, (void *)t->partial, t->bytes);
+    if (t->partial != t->dst)
+        memcpy(t->dst, t->partial, t->bytes);
+    if (t->avg_div > 1)
+        coll_reduce_div(t->dtype, t->dst, t->dst, t->count, t->avg_div);
+    return collSuccess;
+}
+
+collResult_t coll_group_tree_reduce(struct coll_frame *fr, const struct coll_ring_group *g,
                                     int root, const void *own, void *dst, size_t count,
                                     collDataType_t dtype, collRedOp_t op, int avg_div,
                                     void *work)
@@ -217,27 +293,18 @@ collResult_t coll_group_tree_reduce(struct coll_comm *comm, const struct coll_ri
     int n = g->n, vr = coll_mod((long)g->pos - root, n);
     size_t bytes = count * coll_dtype_size(dtype);
     if (n == 1 || count == 0)
-        return coll_group_reduce(comm, g, root, own, dst, count, dtype, op, avg_div, NULL,
+        return coll_group_reduce(fr, g, root, own, dst, count, dtype, op, avg_div, NULL,
                                  false); /* the copy and division of one member */
     /* The partial sum: the root's output, else the first half of work; what
-     * arrives lands in the second half.  Children vr + 1, vr + 2, vr + 4, ...
-     * below vr's lowest set bit are added in that order, then it goes up. */
-    char *acc = vr == 0 ? dst : work, *in = (char *)work + bytes;
-    const char *partial = own;
-    int mask = 1;
-    for (; mask < n && !(vr & mask); mask <<= 1) {
-        if (vr + mask >= n)
-            continue;
-        COLL_CHECK(tree_xfer(comm, g, (vr + mask + root) % n, false, in, bytes));
-        coll_reduce(op, dtype, acc, partial, in, count);
-        partial = acc;
-    }
-    if (vr != 0)
-        return tree_xfer(comm, g, (vr - mask + root) % n, true, (void *)partial, bytes);
-    if (partial != dst)
-        memcpy(dst, partial, bytes);
-    if (avg_div > 1)
-        coll_reduce_div(dtype, dst, dst, count, avg_div);
+     * arrives lands in the second half. */
+    struct gtree *t;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*t), (void **)&t));
+    *t = (struct gtree){.fr = fr, .g = g, .n = n, .root = root, .vr = vr, .mask = 1,
+                        .reduce = true, .dst = dst, .acc = vr == 0 ? dst : work,
+                        .in = (char *)work + bytes, .partial = own, .count = count,
+                        .bytes = bytes, .dtype = dtype, .op = op, .avg_div = avg_div};
+    fr->state = t;
+    fr->prog.next = gtree_reduce_next;
     return collSuccess;
 }
 
@@ -275,9 +342,10 @@ static void agv_recv(void *vctx, size_t i, void **p, size_t *bytes)
     agv_piece(x, coll_mod((long)x->pos - s - 1, x->n), i % x->K, (char **)p, bytes);
 }
 
-collResult_t coll_group_allgatherv(struct coll_comm *comm, const struct coll_ring_group *g,
+collResult_t coll_group_allgatherv(struct coll_frame *fr, const struct coll_ring_group *g,
                                    void *buf, const size_t *off, const size_t *len, bool last)
 {
+    struct coll_comm *comm = fr->prog.comm;
     int n = g->n;
     size_t most = 0, end = 0;
     for (int j = 0; j < n; j++) {
@@ -286,16 +354,19 @@ collResult_t coll_group_allgatherv(struct coll_comm *comm, const struct coll_rin
     }
     if (n == 1 || most == 0)
         return collSuccess;
-    struct agv_ctx x = {.buf = buf, .off = off, .len = len, .n = n, .pos = g->pos};
-    x.K = coll_slices(most, group_slice_bytes(comm));
+    struct agv_ctx *x;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*x), (void **)&x));
+    *x = (struct agv_ctx){.buf = buf, .off = off, .len = len, .n = n, .pos = g->pos};
+    x->K = coll_slices(most, group_slice_bytes(comm));
     /* Step s sends what step s - 1 received: the same slice, K pieces later. */
-    struct coll_pipe p = {.last = last, .comm = comm, .total = (size_t)(n - 1) * x.K,
-                          .send_after_recv = true, .send_lag = x.K, .window = 8, .ctx = &x,
+    struct coll_pipe p = {.last = last, .comm = comm, .total = (size_t)(n - 1) * x->K,
+                          .send_after_recv = true, .send_lag = x->K, .window = 8, .ctx = x,
                           .send_buf = agv_send, .recv_buf = agv_recv,
-                          .piece_bytes = (most + x.K - 1) / x.K, .send_reg = buf,
+                          .piece_bytes = (most + x->K - 1) / x->K, .send_reg = buf,
                           .send_reg_bytes = end, .recv_reg = buf, .recv_reg_bytes = end};
-    COLL_CHECK(group_conns(comm, g, true, true, &p.send_conn, &p.recv_conn));
-    return coll_pipe_run(&p);
+    COLL_CHECK(group_conns(comm, g, true, true, &p));
+    coll_frame_pipes(fr, &p, 1);
+    return collSuccess;
 }
 
 /* --- ring reduce-scatter of uneven regions --- */
@@ -361,11 +432,12 @@ static void rsv_process(void *vctx, size_t i, void *recvd)
         coll_reduce_div(x->dtype, d, d, l, x->avg_div);
 }
 
-collResult_t coll_group_reduce_scatterv(struct coll_comm *comm, const struct coll_ring_group *g,
+collResult_t coll_group_reduce_scatterv(struct coll_frame *fr, const struct coll_ring_group *g,
                                         const void *in, void *out, const size_t *off,
                                         const size_t *len, collDataType_t dtype, collRedOp_t op,
                                         int avg_div, void *work, bool last)
 {
+    struct coll_comm *comm = fr->prog.comm;
     int n = g->n, pos = g->pos;
     size_t esize = coll_dtype_size(dtype), most = 0;
     for (int j = 0; j < n; j++)
@@ -379,19 +451,22 @@ collResult_t coll_group_reduce_scatterv(struct coll_comm *comm, const struct col
         return collSuccess;
     }
     size_t slice = group_slice_bytes(comm) / esize;
-    struct rsv_ctx x = {.in = in, .out = out, .off = off, .len = len, .esize = esize,
-                        .dtype = dtype, .op = op, .n = n, .pos = pos, .avg_div = avg_div};
-    x.partial[0] = work;
-    x.partial[1] = (char *)work + most * esize;
-    x.K = coll_slices(most, slice ? slice : 1);
+    struct rsv_ctx *x;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*x), (void **)&x));
+    *x = (struct rsv_ctx){.in = in, .out = out, .off = off, .len = len, .esize = esize,
+                          .dtype = dtype, .op = op, .n = n, .pos = pos, .avg_div = avg_div};
+    x->partial[0] = work;
+    x->partial[1] = (char *)work + most * esize;
+    x->K = coll_slices(most, slice ? slice : 1);
     /* A partial is sent one step after it is made (send_lag), and its buffer
      * takes the receives of two steps later only once that send is done
      * (recv_lag). */
-    struct coll_pipe p = {.last = last, .comm = comm, .total = (size_t)(n - 1) * x.K,
-                          .send_after_recv = true, .send_lag = x.K, .recv_lag = x.K,
-                          .window = 8, .ctx = &x, .send_buf = rsv_send, .recv_buf = rsv_recv,
+    struct coll_pipe p = {.last = last, .comm = comm, .total = (size_t)(n - 1) * x->K,
+                          .send_after_recv = true, .send_lag = x->K, .recv_lag = x->K,
+                          .window = 8, .ctx = x, .send_buf = rsv_send, .recv_buf = rsv_recv,
                           .process = rsv_process,
-                          .piece_bytes = (most + x.K - 1) / x.K * esize};
-    COLL_CHECK(group_conns(comm, g, true, true, &p.send_conn, &p.recv_conn));
-    return coll_pipe_run(&p);
+                          .piece_bytes = (most + x->K - 1) / x->K * esize};
+    COLL_CHECK(group_conns(comm, g, true, true, &p));
+    coll_frame_pipes(fr, &p, 1);
+    return collSuccess;
 }

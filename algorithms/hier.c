@@ -52,120 +52,11 @@ static void hier_across_members(const struct coll_hosts *h, int seg, int *member
     }
 }
 
-/* The three steps, pipelined over P blocks of the buffer: in phase t the host's
- * ring runs the allgather of block t - 2 and then the reduce-scatter of block t
- * on its connections, while the ring across carries block t - 1 on its own, so
- * the network and the shared memory work at once (P + 2 phases; each block's
- * steps as in hier_allreduce below). */
 /* Each level of a hier call cuts its part of the buffer its own way, which a
  * pair of numbers does not describe: the call records no cut (flight.h). */
 static void hier_cut_apart(struct coll_comm *comm)
 {
     coll_flight_cut(comm, 0, 0);
-}
-
-static collResult_t hier_allreduce_blocks(struct coll_comm *comm, const struct coll_args *a,
-                                          int P)
-{
-    const struct coll_hosts *h = &comm->hosts;
-    int me = comm->rank, host = h->host[me];
-    int L = h->start[host + 1] - h->start[host], C = h->min_local, N = comm->nranks;
-    size_t esize = coll_dtype_size(a->dtype);
-    struct coll_ring_group local = {.n = L, .pos = h->index[me],
-                                    .members = &h->order[h->start[host]]};
-    int seg = (local.pos + 1) % L;
-    int *members;
-    COLL_CHECK(coll_calloc(&members, (size_t)h->n));
-    hier_across_members(h, seg, members);
-    struct coll_ring_group across = {.n = h->n, .pos = host, .members = members};
-    collResult_t res = collSuccess;
-    for (int t = 0; t < P + 2 && res == collSuccess; t++) {
-        struct coll_ring_line lines[2] = {{.nsets = 0}, {.nsets = 0}};
-        for (int b = t - 2; b <= t; b += 2) { /* the host's line: ag of t - 2, rs of t */
-            if (b < 0 || b >= P)
-                continue;
-            size_t boff, blen;
-            coll_ring_chunk(a->count, P, b, &boff, &blen);
-            struct coll_ring_steps *st = &lines[0].set[lines[0].nsets++];
-            *st = (struct coll_ring_steps){
-                .a = {.sendbuf = b == t ? (const char *)a->sendbuf + boff * esize
-                                        : (const char *)a->recvbuf + boff * esize,
-                      .recvbuf = (char *)a->recvbuf + boff * esize, .count = blen,
-                      .dtype = a->dtype, .op = a->op},
-                .g = local, .nsegs = C, .step0 = b == t ? 0 : L - 1, .nsteps = L - 1};
-        }
-        int b = t - 1;
-        if (b >= 0 && b < P && seg < C) { /* across: this rank's segment of block t - 1 */
-            size_t boff, blen, off, len;
-            coll_ring_chunk(a->count, P, b, &boff, &blen);
-            coll_ring_segment(blen, C, seg, &off, &len);
-            char *q = (char *)a->recvbuf + (boff + off) * esize;
-            /* A host of one rank has no step within: straight from its input. */
-            const char *in = L > 1 ? q : (const char *)a->sendbuf + (boff + off) * esize;
-            lines[1].set[0] = (struct coll_ring_steps){
-                .a = {.sendbuf = in, .recvbuf = q, .count = len, .dtype = a->dtype,
-                      .op = a->op},
-                .g = across, .nsegs = h->n, .avg_div = N, .step0 = 0,
-                .nsteps = 2 * (h->n - 1)};
-            lines[1].nsets = 1;
-        }
-        /* Each phase's slots (the scratch of the last phase, grown if need be:
-         * blocks of one element fewer may cut bigger slices). */
-        void *slots;
-        size_t bytes = coll_ring_lines_slots(comm, lines, 2);
-        res = coll_comm_scratch(comm, bytes ? bytes : 1, &slots);
-        if (res != collSuccess)
-            break;
-        res = coll_ring_run_lines(comm, lines, 2, slots, t == P + 1);
-    }
-    free(members);
-    return res;
-}
-
-static collResult_t hier_allreduce(struct coll_comm *comm, const struct coll_args *a)
-{
-    hier_cut_apart(comm);
-    const struct coll_hosts *h = &comm->hosts;
-    int me = comm->rank, host = h->host[me];
-    int L = h->start[host + 1] - h->start[host], C = h->min_local;
-    size_t esize = coll_dtype_size(a->dtype);
-    struct coll_ring_group local = {.n = L, .pos = h->index[me],
-                                    .members = &h->order[h->start[host]]};
-    if (h->n == 1)
-        return coll_ring_allreduce_group(comm, a, &local, comm->nranks, true);
-
-    size_t bytes = a->count * esize;
-    /* The same choice on every rank, hosts of one rank included. */
-    if (h->max_local > 1 && bytes >= 2 * (size_t)HIER_BLOCK_MIN) {
-        size_t P = bytes / HIER_BLOCK_MIN;
-        return hier_allreduce_blocks(comm, a, P > HIER_BLOCKS_MAX ? HIER_BLOCKS_MAX : (int)P);
-    }
-    /* A host of one rank has no step within: it takes part in the one ring
-     * across straight from its input (as the flat ring does), not from a copy
-     * reduced in place. */
-    if (L > 1)
-        COLL_CHECK(coll_ring_allreduce_rs(comm, a, &local, C, false));
-    int seg = (local.pos + 1) % L; /* what step 1 left here */
-    if (seg < C) {
-        size_t off, len;
-        coll_ring_segment(a->count, C, seg, &off, &len);
-        int *members;
-        COLL_CHECK(coll_calloc(&members, (size_t)h->n));
-        hier_across_members(h, seg, members);
-        struct coll_ring_group across = {.n = h->n, .pos = host, .members = members};
-        char *p = (char *)a->recvbuf + off * esize;
-        const char *in = L > 1 ? p : (const char *)a->sendbuf + off * esize;
-        struct coll_args s = {.sendbuf = in, .recvbuf = p, .count = len, .dtype = a->dtype,
-                              .op = a->op, .root = 0};
-        collResult_t res = coll_ring_allreduce_group(comm, &s, &across, comm->nranks, L == 1);
-        free(members);
-        COLL_CHECK(res);
-    }
-    if (L == 1)
-        return collSuccess;
-    struct coll_args g = *a;
-    g.sendbuf = a->recvbuf;
-    return coll_ring_allreduce_ag(comm, &g, &local, C, true);
 }
 
 /* --- broadcast, reduce, allgather and reduce-scatter ---
@@ -257,82 +148,339 @@ static collResult_t hier_comm_init(struct coll_comm *comm)
     return collSuccess;
 }
 
-static collResult_t hier_broadcast(struct coll_comm *comm, const struct coll_args *a)
+/* --- the program: a call's steps, each a call of ring.c or group.c over a
+ * group of ranks, built in turn into the frame's sub frame (prog.h) --- */
+
+/* A hier call between its steps (the frame's state). */
+struct hier_run {
+    struct coll_frame *fr;
+    const struct coll_args *a;
+    /* Builds the step after the last one (or does the local work between
+     * them) into the frame's sub frame; done: the call is over. */
+    collResult_t (*step)(struct hier_run *x);
+    int pc;
+    bool done;
+    struct hier_view v;
+    struct coll_ring_group across;
+    int *members;                /* the across group's, H of them */
+    size_t *off, *len;           /* regions of the allgather and reduce-scatter */
+    int root, lead_place, C, N, P, seg, avg;
+    bool leader, direct;
+    size_t esize, bytes;
+    char *G, *R, *work;          /* scratch: the gathered copy, the host's region, slots */
+    void *sum;
+    const void *host_sum;
+    struct coll_args s, g;       /* the arguments of a step's call */
+    struct coll_ring_line lines[2];
+};
+
+static collResult_t hier_next(struct coll_prog *prog)
 {
+    struct coll_frame *fr = (struct coll_frame *)prog;
+    struct hier_run *x = fr->state;
+    for (;;) {
+        if (fr->sub_on) {
+            bool more;
+            COLL_CHECK(coll_frame_sub_next(fr, &more));
+            if (more)
+                return collSuccess;
+        }
+        prog->sched = NULL;
+        if (x->done)
+            return collSuccess;
+        COLL_CHECK(x->step(x));
+    }
+}
+
+/* The frame's state for a hier call made of steps, with step() to build them. */
+static collResult_t hier_start(struct coll_frame *fr, const struct coll_args *a,
+                               collResult_t (*step)(struct hier_run *), struct hier_run **x_p)
+{
+    struct hier_run *x;
+    COLL_CHECK(coll_frame_alloc(fr, sizeof(*x), (void **)&x));
+    struct coll_comm *comm = fr->prog.comm;
+    x->fr = fr;
+    x->a = a;
+    x->step = step;
+    x->v = hier_view_of(comm);
+    x->N = comm->nranks;
+    x->esize = coll_dtype_size(a->dtype);
+    x->bytes = a->count * x->esize;
+    COLL_CHECK(coll_frame_alloc(fr, (size_t)x->v.H * sizeof(*x->members), (void **)&x->members));
+    struct coll_frame *sub; /* made now, so that hier_sub cannot fail later */
+    COLL_CHECK(coll_frame_sub(fr, &sub));
+    fr->sub_on = false;
+    fr->state = x;
+    fr->prog.next = hier_next;
+    *x_p = x;
+    return collSuccess;
+}
+
+/* The sub frame for the next step. */
+static struct coll_frame *hier_sub(struct hier_run *x)
+{
+    struct coll_frame *sub = NULL;
+    (void)coll_frame_sub(x->fr, &sub); /* made by hier_start: it cannot fail */
+    return sub;
+}
+
+/* --- allreduce --- */
+
+/* The three steps, pipelined over P blocks of the buffer: in phase t the host's
+ * ring runs the allgather of block t - 2 and then the reduce-scatter of block t
+ * on its connections, while the ring across carries block t - 1 on its own, so
+ * the network and the shared memory work at once (P + 2 phases; each block's
+ * steps as in hier_allreduce_step below).  Step t is phase t. */
+static collResult_t hier_allreduce_blocks(struct hier_run *x)
+{
+    const struct coll_args *a = x->a;
+    struct coll_comm *comm = x->fr->prog.comm;
+    const struct coll_hosts *h = x->v.h;
+    int t = x->pc++, P = x->P, L = x->v.L, C = x->C;
+    size_t esize = x->esize;
+    if (t == P + 2) {
+        x->done = true;
+        return collSuccess;
+    }
+    struct coll_ring_line *lines = x->lines;
+    lines[0].nsets = lines[1].nsets = 0;
+    for (int b = t - 2; b <= t; b += 2) { /* the host's line: ag of t - 2, rs of t */
+        if (b < 0 || b >= P)
+            continue;
+        size_t boff, blen;
+        coll_ring_chunk(a->count, P, b, &boff, &blen);
+        struct coll_ring_steps *st = &lines[0].set[lines[0].nsets++];
+        *st = (struct coll_ring_steps){
+            .a = {.sendbuf = b == t ? (const char *)a->sendbuf + boff * esize
+                                    : (const char *)a->recvbuf + boff * esize,
+                  .recvbuf = (char *)a->recvbuf + boff * esize, .count = blen,
+                  .dtype = a->dtype, .op = a->op},
+            .g = x->v.local, .nsegs = C, .step0 = b == t ? 0 : L - 1, .nsteps = L - 1};
+    }
+    int b = t - 1;
+    if (b >= 0 && b < P && x->seg < C) { /* across: this rank's segment of block t - 1 */
+        size_t boff, blen, off, len;
+        coll_ring_chunk(a->count, P, b, &boff, &blen);
+        coll_ring_segment(blen, C, x->seg, &off, &len);
+        char *q = (char *)a->recvbuf + (boff + off) * esize;
+        /* A host of one rank has no step within: straight from its input. */
+        const char *in = L > 1 ? q : (const char *)a->sendbuf + (boff + off) * esize;
+        lines[1].set[0] = (struct coll_ring_steps){
+            .a = {.sendbuf = in, .recvbuf = q, .count = len, .dtype = a->dtype, .op = a->op},
+            .g = x->across, .nsegs = h->n, .avg_div = x->N, .step0 = 0,
+            .nsteps = 2 * (h->n - 1)};
+        lines[1].nsets = 1;
+    }
+    /* Each phase's slots (the scratch of the last phase, grown if need be:
+     * blocks of one element fewer may cut bigger slices). */
+    void *slots;
+    size_t bytes = coll_ring_lines_slots(comm, lines, 2);
+    COLL_CHECK(coll_comm_scratch(comm, bytes ? bytes : 1, &slots));
+    return coll_ring_build_lines(hier_sub(x), lines, 2, slots, t == P + 1);
+}
+
+static collResult_t hier_allreduce_step(struct hier_run *x)
+{
+    const struct coll_args *a = x->a;
+    int L = x->v.L, C = x->C;
+    switch (x->pc++) {
+    case 0: /* within: the reduce-scatter half (a host of one rank has none) */
+        return L > 1 ? coll_ring_build_rs(hier_sub(x), a, &x->v.local, C, false)
+                     : collSuccess;
+    case 1: /* across: this rank's segment, with the ranks holding it on every host */
+        if (x->seg < C) {
+            size_t off, len;
+            coll_ring_segment(a->count, C, x->seg, &off, &len);
+            char *p = (char *)a->recvbuf + off * x->esize;
+            /* A host of one rank takes part straight from its input (as the flat
+             * ring does), not from a copy reduced in place. */
+            const char *in = L > 1 ? p : (const char *)a->sendbuf + off * x->esize;
+            x->s = (struct coll_args){.sendbuf = in, .recvbuf = p, .count = len,
+                                      .dtype = a->dtype, .op = a->op};
+            return coll_ring_build_allreduce(hier_sub(x), &x->s, &x->across, x->N, L == 1);
+        }
+        return collSuccess;
+    case 2: /* within: the allgather half */
+        if (L > 1) {
+            x->g = *a;
+            x->g.sendbuf = a->recvbuf;
+            return coll_ring_build_ag(hier_sub(x), &x->g, &x->v.local, C, true);
+        }
+        return collSuccess;
+    default:
+        x->done = true;
+        return collSuccess;
+    }
+}
+
+static collResult_t hier_allreduce(struct coll_frame *fr, const struct coll_args *a)
+{
+    struct coll_comm *comm = fr->prog.comm;
     hier_cut_apart(comm);
+    const struct coll_hosts *h = &comm->hosts;
     struct hier_view v = hier_view_of(comm);
+    if (h->n == 1)
+        return coll_ring_build_allreduce(fr, a, &v.local, comm->nranks, true);
+    struct hier_run *x;
+    COLL_CHECK(hier_start(fr, a, hier_allreduce_step, &x));
+    x->C = h->min_local;
+    x->seg = (x->v.local.pos + 1) % x->v.L; /* what the reduce-scatter leaves here */
+    hier_across_members(h, x->seg, x->members);
+    x->across = (struct coll_ring_group){.n = h->n, .pos = x->v.host, .members = x->members};
+    /* The same choice on every rank, hosts of one rank included. */
+    if (h->max_local > 1 && x->bytes >= 2 * (size_t)HIER_BLOCK_MIN) {
+        size_t P = x->bytes / HIER_BLOCK_MIN;
+        x->P = P > HIER_BLOCKS_MAX ? HIER_BLOCKS_MAX : (int)P;
+        x->step = hier_allreduce_blocks;
+    }
+    return collSuccess;
+}
+
+static collResult_t hier_broadcast_step(struct hier_run *x)
+{
+    const struct coll_args *a = x->a;
+    switch (x->pc++) {
+    case 0: /* across: the leaders, from the root */
+        if (x->leader && x->v.H > 1) {
+            x->across = hier_leaders(&x->v, x->root, x->members);
+            int from = x->v.h->host[x->root];
+            struct coll_frame *sub = hier_sub(x);
+            return hier_across_tree(sub->prog.comm, (double)x->bytes)
+                       ? coll_group_tree_bcast(sub, &x->across, from, a->recvbuf, a->recvbuf,
+                                               x->bytes)
+                       : coll_group_bcast(sub, &x->across, from, a->recvbuf, a->recvbuf,
+                                          x->bytes, x->v.L == 1);
+        }
+        return collSuccess;
+    case 1: /* within: from the host's leader */
+        return coll_group_bcast(hier_sub(x), &x->v.local, x->lead_place, a->recvbuf,
+                                a->recvbuf, x->bytes, true);
+    default:
+        x->done = true;
+        return collSuccess;
+    }
+}
+
+static collResult_t hier_broadcast(struct coll_frame *fr, const struct coll_args *a)
+{
+    struct coll_comm *comm = fr->prog.comm;
+    hier_cut_apart(comm);
     size_t bytes = a->count * coll_dtype_size(a->dtype);
-    int root = a->root, me = comm->rank;
-    bool is_root = me == root;
-    if (is_root && a->recvbuf != a->sendbuf && bytes > 0)
+    if (comm->rank == a->root && a->recvbuf != a->sendbuf && bytes > 0)
         memcpy(a->recvbuf, a->sendbuf, bytes);
     if (comm->nranks == 1 || bytes == 0)
         return collSuccess;
-    int lead_place = v.host == v.h->host[root] ? v.h->index[root] : 0;
-    if (v.local.pos == lead_place && v.H > 1) {
-        int *members;
-        COLL_CHECK(coll_calloc(&members, (size_t)v.H));
-        struct coll_ring_group across = hier_leaders(&v, root, members);
-        collResult_t res =
-            hier_across_tree(comm, (double)bytes)
-                ? coll_group_tree_bcast(comm, &across, v.h->host[root], a->recvbuf,
-                                        a->recvbuf, bytes)
-                : coll_group_bcast(comm, &across, v.h->host[root], a->recvbuf, a->recvbuf,
-                                   bytes, v.L == 1);
-        free(members);
-        COLL_CHECK(res);
-    }
-    return coll_group_bcast(comm, &v.local, lead_place, a->recvbuf, a->recvbuf, bytes, true);
+    struct hier_run *x;
+    COLL_CHECK(hier_start(fr, a, hier_broadcast_step, &x));
+    x->root = a->root;
+    x->lead_place = x->v.host == x->v.h->host[a->root] ? x->v.h->index[a->root] : 0;
+    x->leader = x->v.local.pos == x->lead_place;
+    return collSuccess;
 }
 
-static collResult_t hier_reduce(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t hier_reduce_step(struct hier_run *x)
 {
+    const struct coll_args *a = x->a;
+    switch (x->pc++) {
+    case 0: /* within: to the host's leader */
+        if (x->v.L > 1) {
+            x->host_sum = x->sum;
+            return coll_group_reduce(hier_sub(x), &x->v.local, x->lead_place, a->sendbuf, x->sum,
+                                     a->count, a->dtype, a->op, x->v.H == 1 ? x->avg : 0,
+                                     x->work + x->bytes, x->v.H == 1);
+        }
+        return collSuccess;
+    case 1: /* across: the leaders, to the root */
+        if (x->leader && x->v.H > 1) {
+            x->across = hier_leaders(&x->v, x->root, x->members);
+            int to = x->v.h->host[x->root];
+            struct coll_frame *sub = hier_sub(x);
+            return hier_across_tree(sub->prog.comm, (double)x->bytes)
+                       ? coll_group_tree_reduce(sub, &x->across, to, x->host_sum, a->recvbuf,
+                                                a->count, a->dtype, a->op, x->avg,
+                                                x->work + x->bytes)
+                       : coll_group_reduce(sub, &x->across, to, x->host_sum, a->recvbuf,
+                                           a->count, a->dtype, a->op, x->avg,
+                                           x->work + x->bytes, true);
+        }
+        return collSuccess;
+    default:
+        x->done = true;
+        return collSuccess;
+    }
+}
+
+static collResult_t hier_reduce(struct coll_frame *fr, const struct coll_args *a)
+{
+    struct coll_comm *comm = fr->prog.comm;
     hier_cut_apart(comm);
-    struct hier_view v = hier_view_of(comm);
     size_t esize = coll_dtype_size(a->dtype), bytes = a->count * esize;
     int root = a->root, me = comm->rank, N = comm->nranks;
-    int avg = a->op == collAvg ? N : 0;
     if (N == 1 || bytes == 0) {
         if (me == root && a->recvbuf != a->sendbuf && bytes > 0)
             memcpy(a->recvbuf, a->sendbuf, bytes);
         return collSuccess;
     }
-    int lead_place = v.host == v.h->host[root] ? v.h->index[root] : 0;
-    bool leader = v.local.pos == lead_place;
+    struct hier_run *x;
+    COLL_CHECK(hier_start(fr, a, hier_reduce_step, &x));
+    x->root = root;
+    x->avg = a->op == collAvg ? N : 0;
+    x->lead_place = x->v.host == x->v.h->host[root] ? x->v.h->index[root] : 0;
+    x->leader = x->v.local.pos == x->lead_place;
     /* The host's sum: the root's output, another leader's scratch. */
     size_t slots = coll_group_reduce_slots(comm, a->count, a->dtype);
     size_t tree_work = coll_group_tree_reduce_work(a->count, a->dtype);
-    char *work;
     COLL_CHECK(coll_comm_scratch(comm, bytes + (slots > tree_work ? slots : tree_work),
-                                 (void **)&work));
-    void *sum = me == root ? a->recvbuf : work;
-    const void *host_sum = a->sendbuf;
-    if (v.L > 1) {
-        COLL_CHECK(coll_group_reduce(comm, &v.local, lead_place, a->sendbuf, sum, a->count,
-                                     a->dtype, a->op, v.H == 1 ? avg : 0, work + bytes,
-                                     v.H == 1));
-        host_sum = sum;
-    }
-    if (!leader || v.H == 1)
-        return collSuccess;
-    int *members;
-    COLL_CHECK(coll_calloc(&members, (size_t)v.H));
-    struct coll_ring_group across = hier_leaders(&v, root, members);
-    collResult_t res =
-        hier_across_tree(comm, (double)bytes)
-            ? coll_group_tree_reduce(comm, &across, v.h->host[root], host_sum, a->recvbuf,
-                                     a->count, a->dtype, a->op, avg, work + bytes)
-            : coll_group_reduce(comm, &across, v.h->host[root], host_sum, a->recvbuf, a->count,
-                                a->dtype, a->op, avg, work + bytes, true);
-    free(members);
-    return res;
+                                 (void **)&x->work));
+    x->sum = me == root ? a->recvbuf : x->work;
+    x->host_sum = a->sendbuf;
+    return collSuccess;
 }
 
-static collResult_t hier_allgather(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t hier_allgather_step(struct hier_run *x)
 {
+    const struct coll_hosts *h = x->v.h;
+    size_t B = x->bytes, total = (size_t)x->N * B;
+    size_t lo = (size_t)h->start[x->v.host] * B, hi = (size_t)h->start[x->v.host + 1] * B;
+    switch (x->pc++) {
+    case 0: /* within: the host's blocks */
+        for (int j = 0; j < x->v.L; j++) {
+            x->off[j] = ((size_t)h->start[x->v.host] + j) * B;
+            x->len[j] = B;
+        }
+        return coll_group_allgatherv(hier_sub(x), &x->v.local, x->G, x->off, x->len, false);
+    case 1: /* across: whole hosts' blocks, by the leaders */
+        if (x->v.local.pos == 0 && x->v.H > 1) {
+            x->across = hier_leaders(&x->v, -1, x->members);
+            for (int k = 0; k < x->v.H; k++) {
+                x->off[k] = (size_t)h->start[k] * B;
+                x->len[k] = (size_t)(h->start[k + 1] - h->start[k]) * B;
+            }
+            return coll_group_allgatherv(hier_sub(x), &x->across, x->G, x->off, x->len, false);
+        }
+        return collSuccess;
+    case 2: /* within: the other hosts' blocks, before this host's */
+        return x->v.H > 1 ? coll_group_bcast(hier_sub(x), &x->v.local, 0, x->G, x->G, lo, false)
+                          : collSuccess;
+    case 3: /* and after */
+        return x->v.H > 1 ? coll_group_bcast(hier_sub(x), &x->v.local, 0, x->G + hi, x->G + hi,
+                                             total - hi, true)
+                          : collSuccess;
+    default:
+        if (!x->direct)
+            for (int p = 0; p < x->N; p++)
+                memcpy((char *)x->a->recvbuf + (size_t)h->order[p] * B, x->G + (size_t)p * B,
+                       B);
+        x->done = true;
+        return collSuccess;
+    }
+}
+
+static collResult_t hier_allgather(struct coll_frame *fr, const struct coll_args *a)
+{
+    struct coll_comm *comm = fr->prog.comm;
     hier_cut_apart(comm);
-    struct hier_view v = hier_view_of(comm);
-    const struct coll_hosts *h = v.h;
+    const struct coll_hosts *h = &comm->hosts;
     int N = comm->nranks, me = comm->rank;
     size_t B = a->count * coll_dtype_size(a->dtype), total = (size_t)N * B;
     bool direct = hier_order_is_ranks(comm);
@@ -344,103 +492,93 @@ static collResult_t hier_allgather(struct coll_comm *comm, const struct coll_arg
         memmove(mine, a->sendbuf, B);
     if (N == 1 || B == 0)
         return collSuccess;
-    size_t *off, *len;
-    int most = v.H > h->max_local ? v.H : h->max_local;
-    COLL_CHECK(coll_calloc(&off, 2 * (size_t)most));
-    len = off + most;
-    int *members = NULL;
-    collResult_t res = collSuccess;
-    for (int j = 0; j < v.L; j++) {
-        off[j] = ((size_t)h->start[v.host] + j) * B;
-        len[j] = B;
-    }
-    res = coll_group_allgatherv(comm, &v.local, G, off, len, false);
-    if (res == collSuccess && v.local.pos == 0 && v.H > 1) {
-        res = coll_calloc(&members, (size_t)v.H);
-        if (res == collSuccess) {
-            struct coll_ring_group across = hier_leaders(&v, -1, members);
-            for (int k = 0; k < v.H; k++) {
-                off[k] = (size_t)h->start[k] * B;
-                len[k] = (size_t)(h->start[k + 1] - h->start[k]) * B;
-            }
-            res = coll_group_allgatherv(comm, &across, G, off, len, false);
-        }
-    }
-    /* The other hosts' blocks, before and after this host's. */
-    size_t lo = (size_t)h->start[v.host] * B, hi = (size_t)h->start[v.host + 1] * B;
-    if (res == collSuccess && v.H > 1)
-        res = coll_group_bcast(comm, &v.local, 0, G, G, lo, false);
-    if (res == collSuccess && v.H > 1)
-        res = coll_group_bcast(comm, &v.local, 0, G + hi, G + hi, total - hi, true);
-    free(members);
-    free(off);
-    COLL_CHECK(res);
-    if (!direct)
-        for (int p = 0; p < N; p++)
-            memcpy((char *)a->recvbuf + (size_t)h->order[p] * B, G + (size_t)p * B, B);
+    struct hier_run *x;
+    COLL_CHECK(hier_start(fr, a, hier_allgather_step, &x));
+    x->direct = direct;
+    x->G = G;
+    int most = x->v.H > h->max_local ? x->v.H : h->max_local;
+    COLL_CHECK(coll_frame_alloc(fr, 2 * (size_t)most * sizeof(size_t), (void **)&x->off));
+    x->len = x->off + most;
     return collSuccess;
 }
 
-static collResult_t hier_reduce_scatter(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t hier_reduce_scatter_step(struct hier_run *x)
 {
+    const struct coll_args *a = x->a;
+    const struct coll_hosts *h = x->v.h;
+    size_t B = x->bytes, count_all = (size_t)x->N * a->count;
+    switch (x->pc++) {
+    case 0: /* within: the whole buffer, to the host's leader */
+        if (x->v.L > 1) {
+            x->host_sum = x->sum;
+            return coll_group_reduce(hier_sub(x), &x->v.local, 0, a->sendbuf, x->sum, count_all,
+                                     a->dtype, a->op, 0, x->work, false);
+        }
+        return collSuccess;
+    case 1: /* across: the hosts' regions, by the leaders (in host order) */
+        if (x->leader) {
+            const char *in = x->host_sum;
+            if (!x->direct) {
+                for (int p = 0; p < x->N; p++)
+                    memcpy(x->G + (size_t)p * B, (const char *)x->host_sum + (size_t)h->order[p] * B,
+                           B);
+                in = x->G;
+            }
+            for (int k = 0; k < x->v.H; k++) {
+                x->off[k] = (size_t)h->start[k] * a->count;
+                x->len[k] = (size_t)(h->start[k + 1] - h->start[k]) * a->count;
+            }
+            x->across = hier_leaders(&x->v, -1, x->members);
+            return coll_group_reduce_scatterv(hier_sub(x), &x->across, in, x->R, x->off, x->len,
+                                              a->dtype, a->op, x->avg, x->work, x->v.L == 1);
+        }
+        return collSuccess;
+    case 2: /* within: the host's region, from the leader */
+        return coll_group_bcast(hier_sub(x), &x->v.local, 0, x->R, x->R, (size_t)x->v.L * B,
+                                true);
+    default:
+        memcpy(a->recvbuf, x->R + (size_t)x->v.local.pos * B, B);
+        x->done = true;
+        return collSuccess;
+    }
+}
+
+static collResult_t hier_reduce_scatter(struct coll_frame *fr, const struct coll_args *a)
+{
+    struct coll_comm *comm = fr->prog.comm;
     hier_cut_apart(comm);
-    struct hier_view v = hier_view_of(comm);
-    const struct coll_hosts *h = v.h;
+    const struct coll_hosts *h = &comm->hosts;
     int N = comm->nranks, me = comm->rank;
     size_t esize = coll_dtype_size(a->dtype), B = a->count * esize, total = (size_t)N * B;
     size_t count_all = (size_t)N * a->count;
     bool direct = hier_order_is_ranks(comm);
-    int avg = a->op == collAvg ? N : 0;
     if (N == 1 || B == 0) {
         const char *own = (const char *)a->sendbuf + (size_t)me * B;
         if (B > 0 && (const char *)a->recvbuf != own)
             memcpy(a->recvbuf, own, B);
         return collSuccess;
     }
-    /* Scratch: the host's sum P (rank order), Q (host order, when that differs),
+    struct hier_run *x;
+    COLL_CHECK(hier_start(fr, a, hier_reduce_scatter_step, &x));
+    x->direct = direct;
+    x->avg = a->op == collAvg ? N : 0;
+    x->leader = x->v.local.pos == 0;
+    /* Scratch: the host's sum P (rank order), G (host order, when that differs),
      * R (this host's region, reduced over all), then room for slots or partials. */
-    size_t region = (size_t)v.L * B;
+    size_t region = (size_t)x->v.L * B;
     size_t slots = coll_group_reduce_slots(comm, count_all, a->dtype);
     size_t most = (size_t)h->max_local * B;
     size_t room = slots > 2 * most ? slots : 2 * most;
     char *P;
     COLL_CHECK(coll_comm_scratch(comm, total + (direct ? 0 : total) + region + room,
                                  (void **)&P));
-    char *Q = direct ? P : P + total, *R = Q + total, *work = R + region;
-    bool leader = v.local.pos == 0;
-    const char *sum = a->sendbuf;
-    if (v.L > 1) {
-        COLL_CHECK(coll_group_reduce(comm, &v.local, 0, a->sendbuf, P, count_all, a->dtype,
-                                     a->op, 0, work, false));
-        sum = P;
-    }
-    if (leader) {
-        const char *in = sum;
-        if (!direct) {
-            for (int p = 0; p < N; p++)
-                memcpy(Q + (size_t)p * B, sum + (size_t)h->order[p] * B, B);
-            in = Q;
-        }
-        size_t *off;
-        COLL_CHECK(coll_calloc(&off, 2 * (size_t)v.H));
-        size_t *len = off + v.H;
-        int *members;
-        collResult_t res = coll_calloc(&members, (size_t)v.H);
-        if (res == collSuccess) {
-            for (int k = 0; k < v.H; k++) {
-                off[k] = (size_t)h->start[k] * a->count;
-                len[k] = (size_t)(h->start[k + 1] - h->start[k]) * a->count;
-            }
-            struct coll_ring_group across = hier_leaders(&v, -1, members);
-            res = coll_group_reduce_scatterv(comm, &across, in, R, off, len, a->dtype, a->op,
-                                             avg, work, v.L == 1);
-            free(members);
-        }
-        free(off);
-        COLL_CHECK(res);
-    }
-    COLL_CHECK(coll_group_bcast(comm, &v.local, 0, R, R, region, true));
-    memcpy(a->recvbuf, R + (size_t)v.local.pos * B, B);
+    x->sum = P;
+    x->G = direct ? P : P + total;
+    x->R = x->G + total;
+    x->work = x->R + region;
+    x->host_sum = a->sendbuf;
+    COLL_CHECK(coll_frame_alloc(fr, 2 * (size_t)x->v.H * sizeof(size_t), (void **)&x->off));
+    x->len = x->off + x->v.H;
     return collSuccess;
 }
 
@@ -544,11 +682,11 @@ static double hier_predict(const struct coll_comm *comm, enum coll_func f,
 const struct coll_algo coll_algo_hier = {
     .name = "hier",
     .can_run = hier_can_run,
-    .run = {[COLL_FUNC_ALLREDUCE] = hier_allreduce,
-            [COLL_FUNC_BROADCAST] = hier_broadcast,
-            [COLL_FUNC_REDUCE] = hier_reduce,
-            [COLL_FUNC_ALLGATHER] = hier_allgather,
-            [COLL_FUNC_REDUCE_SCATTER] = hier_reduce_scatter},
+    .build = {[COLL_FUNC_ALLREDUCE] = hier_allreduce,
+              [COLL_FUNC_BROADCAST] = hier_broadcast,
+              [COLL_FUNC_REDUCE] = hier_reduce,
+              [COLL_FUNC_ALLGATHER] = hier_allgather,
+              [COLL_FUNC_REDUCE_SCATTER] = hier_reduce_scatter},
     .predict = hier_predict,
     .comm_init = hier_comm_init,
 };

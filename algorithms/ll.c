@@ -48,6 +48,7 @@
 #include "flight.h"
 #include "machine.h"
 #include "mem.h"
+#include "prog.h"
 #include "reduce.h"
 
 #define LL_NAME "libcollective-ll" /* its memfd, as /proc shows it */
@@ -202,52 +203,6 @@ static collResult_t ll_read_done(void *ctx, struct coll_lane *l, size_t i, void 
 
 static const struct coll_sched_ops ll_read_ops = {.ready = ll_read_ready, .done = ll_read_done};
 
-/* Steps 1 and 2: writes `bytes` of in (no data: the first line alone says the
- * rank arrived), then copies `take` bytes from offset `from` of the input of
- * the ranks `src` names into scratch (rank q's at q x take; one rank's at 0).
- * Of every other rank it waits for the first line: every rank arrives at every
- * call, which is what lets two slots serve whichever ranks read.  Counts for
- * collCommGetBytes, as the direct allreduce does, what it read from the peers'
- * slots as received and `sent`, what the peers read from this rank's, as sent. */
-static collResult_t ll_exchange(struct coll_comm *comm, const void *in, size_t bytes, int src,
-                                size_t from, size_t take, uint64_t sent)
-{
-    struct coll_ll *ll = comm->ll;
-    uint64_t seq = ++ll->seq;
-    size_t slot = (size_t)(seq & 1) * LL_SLOT;
-    coll_flight_shared(comm); /* every peer's segment, not a connection */
-    struct ll_line *mine = (struct ll_line *)(void *)(ll->own + slot);
-    size_t lines = (bytes + LL_DATA - 1) / LL_DATA;
-    for (size_t i = 0; i < lines; i++) {
-        size_t off = i * LL_DATA, len = bytes - off < LL_DATA ? bytes - off : LL_DATA;
-        memcpy(mine[i].data, (const char *)in + off, len);
-        atomic_store_explicit(&mine[i].seq, seq, memory_order_release);
-    }
-    if (lines == 0)
-        atomic_store_explicit(&mine[0].seq, seq, memory_order_release);
-    struct ll_read x = {.comm = comm, .seq = seq, .slot = slot, .from = from, .take = take,
-                        .first = from / LL_DATA, .src = src};
-    x.last = take ? (from + take - 1) / LL_DATA : x.first;
-    x.per = (x.last - x.first + LL_PIECE_LINES) / LL_PIECE_LINES;
-    uint64_t recvd = 0;
-    size_t pieces = 0;
-    for (int q = 0; q < comm->nranks; q++) {
-        bool data = ll_reads_data(&x, q);
-        pieces += data ? x.per : 1;
-        if (data && q != comm->rank)
-            recvd += take;
-    }
-    ll_read_at(&x, 0);
-    struct coll_lane *lane = &ll->lane;
-    lane->done = 0;
-    lane->total = pieces;
-    lane->watch_peer = comm->rank == 0 ? 1 : 0;
-    ll->sched.ctx = &x;
-    COLL_CHECK(coll_engine_run(&ll->sched));
-    coll_comm_count_bytes(comm, sent, recvd);
-    return collSuccess;
-}
-
 /* Step 3: out = in_0 op in_1 op ... op in_{n-1}, each `count` elements in scratch. */
 static void ll_fold(struct coll_comm *comm, collRedOp_t op, collDataType_t t, void *out,
                     size_t count)
@@ -263,6 +218,106 @@ static void ll_fold(struct coll_comm *comm, collRedOp_t op, collDataType_t t, vo
         coll_reduce_div(t, out, out, count, comm->nranks);
 }
 
+/* What a call does once its reads are in (ll_done). */
+enum ll_after { LL_AFTER_NONE, LL_AFTER_FOLD, LL_AFTER_GATHERED, LL_AFTER_OWN };
+
+/* A call's program (prog.h): its reads, what they count, and the work after. */
+struct ll_call {
+    struct ll_read x;
+    uint64_t sent, recvd;
+    const struct coll_args *a;
+    enum ll_after after;
+    size_t copy;                /* LL_AFTER_GATHERED / _OWN: bytes to copy out */
+};
+
+/* Step 3 (ll_fold) or the copy out, once every read is in. */
+static collResult_t ll_done(struct coll_frame *fr)
+{
+    struct ll_call *c = fr->state;
+    struct coll_comm *comm = fr->prog.comm;
+    const struct coll_args *a = c->a;
+    coll_comm_count_bytes(comm, c->sent, c->recvd);
+    switch (c->after) {
+    case LL_AFTER_FOLD:
+        ll_fold(comm, a->op, a->dtype, a->recvbuf, a->count);
+        break;
+    case LL_AFTER_GATHERED:
+        if (c->copy > 0)
+            memcpy(a->recvbuf, comm->ll->scratch, c->copy);
+        break;
+    case LL_AFTER_OWN:
+        if (c->copy > 0 && a->recvbuf != a->sendbuf)
+            memcpy(a->recvbuf, a->sendbuf, c->copy);
+        break;
+    case LL_AFTER_NONE:
+        break;
+    }
+    return collSuccess;
+}
+
+/* Steps 1 and 2 as the call's stage: writes `bytes` of in (no data: the first
+ * line alone says the rank arrived), then copies `take` bytes from offset
+ * `from` of the input of the ranks `src` names into scratch (rank q's at q x
+ * take; one rank's at 0); `after`, once they are in.  Of every other rank it
+ * waits for the first line: every rank arrives at every call, which is what
+ * lets two slots serve whichever ranks read.  Counts for collCommGetBytes, as
+ * the direct allreduce does, what it read from the peers' slots as received
+ * and `sent`, what the peers read from this rank's, as sent. */
+static collResult_t ll_exchange(struct coll_frame *fr, const void *in, size_t bytes, int src,
+                                size_t from, size_t take, uint64_t sent, enum ll_after after,
+                                size_t copy)
+{
+    struct coll_comm *comm = fr->prog.comm;
+    struct coll_ll *ll = comm->ll;
+    struct ll_call *c; /* every field set below */
+    COLL_CHECK(coll_frame_take(fr, sizeof(*c), (void **)&c));
+    uint64_t seq = ++ll->seq;
+    size_t slot = (size_t)(seq & 1) * LL_SLOT;
+    coll_flight_shared(comm); /* every peer's segment, not a connection */
+    struct ll_line *mine = (struct ll_line *)(void *)(ll->own + slot);
+    size_t lines = (bytes + LL_DATA - 1) / LL_DATA;
+    for (size_t i = 0; i < lines; i++) {
+        size_t off = i * LL_DATA, len = bytes - off < LL_DATA ? bytes - off : LL_DATA;
+        memcpy(mine[i].data, (const char *)in + off, len);
+        atomic_store_explicit(&mine[i].seq, seq, memory_order_release);
+    }
+    if (lines == 0)
+        atomic_store_explicit(&mine[0].seq, seq, memory_order_release);
+    /* Field by field: a compound literal through the pointer costs a rep stos. */
+    struct ll_read *x = &c->x;
+    x->comm = comm;
+    x->seq = seq;
+    x->slot = slot;
+    x->from = from;
+    x->take = take;
+    x->first = from / LL_DATA;
+    x->src = src;
+    x->last = take ? (from + take - 1) / LL_DATA : x->first;
+    x->per = (x->last - x->first + LL_PIECE_LINES) / LL_PIECE_LINES;
+    size_t pieces = 0;
+    c->recvd = 0;
+    for (int q = 0; q < comm->nranks; q++) {
+        bool data = ll_reads_data(x, q);
+        pieces += data ? x->per : 1;
+        if (data && q != comm->rank)
+            c->recvd += take;
+    }
+    ll_read_at(x, 0);
+    struct coll_lane *lane = &ll->lane;
+    lane->done = 0;
+    lane->total = pieces;
+    lane->watch_peer = comm->rank == 0 ? 1 : 0;
+    ll->sched.ctx = x;
+    c->sent = sent;
+    c->a = &fr->a;
+    c->after = after;
+    c->copy = copy;
+    coll_frame_stage_at(fr, &ll->sched);
+    fr->state = c;
+    fr->after = ll_done;
+    return collSuccess;
+}
+
 /* The bytes each other rank reads from this rank's slot when all read `take`
  * of every rank's input. */
 static uint64_t ll_others(const struct coll_comm *comm, size_t take)
@@ -270,61 +325,52 @@ static uint64_t ll_others(const struct coll_comm *comm, size_t take)
     return (uint64_t)(comm->nranks - 1) * take;
 }
 
-static collResult_t ll_allreduce(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t ll_allreduce(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t bytes = a->count * coll_dtype_size(a->dtype);
-    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes, ll_others(comm, bytes)));
-    ll_fold(comm, a->op, a->dtype, a->recvbuf, a->count);
-    return collSuccess;
+    return ll_exchange(fr, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes, ll_others(comm, bytes),
+                       LL_AFTER_FOLD, 0);
 }
 
-static collResult_t ll_allgather(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t ll_allgather(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t bytes = a->count * coll_dtype_size(a->dtype);
-    COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes, ll_others(comm, bytes)));
-    if (bytes > 0)
-        memcpy(a->recvbuf, comm->ll->scratch, bytes * (size_t)comm->nranks);
-    return collSuccess;
+    return ll_exchange(fr, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes, ll_others(comm, bytes),
+                       LL_AFTER_GATHERED, bytes * (size_t)comm->nranks);
 }
 
-static collResult_t ll_reduce_scatter(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t ll_reduce_scatter(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t block = a->count * coll_dtype_size(a->dtype);
-    COLL_CHECK(ll_exchange(comm, a->sendbuf, block * (size_t)comm->nranks, LL_FROM_ALL,
-                           block * (size_t)comm->rank, block, ll_others(comm, block)));
-    ll_fold(comm, a->op, a->dtype, a->recvbuf, a->count);
-    return collSuccess;
+    return ll_exchange(fr, a->sendbuf, block * (size_t)comm->nranks, LL_FROM_ALL,
+                       block * (size_t)comm->rank, block, ll_others(comm, block), LL_AFTER_FOLD,
+                       0);
 }
 
 /* The root writes, the others read its slot; the root waits only for them to
  * arrive. */
-static collResult_t ll_broadcast(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t ll_broadcast(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t bytes = a->count * coll_dtype_size(a->dtype);
-    if (comm->rank == a->root) {
-        COLL_CHECK(
-            ll_exchange(comm, a->sendbuf, bytes, LL_FROM_NONE, 0, 0, ll_others(comm, bytes)));
-        if (bytes > 0 && a->recvbuf != a->sendbuf)
-            memcpy(a->recvbuf, a->sendbuf, bytes);
-        return collSuccess;
-    }
-    COLL_CHECK(ll_exchange(comm, NULL, 0, a->root, 0, bytes, 0));
-    if (bytes > 0)
-        memcpy(a->recvbuf, comm->ll->scratch, bytes);
-    return collSuccess;
+    if (comm->rank == a->root)
+        return ll_exchange(fr, a->sendbuf, bytes, LL_FROM_NONE, 0, 0, ll_others(comm, bytes),
+                           LL_AFTER_OWN, bytes);
+    return ll_exchange(fr, NULL, 0, a->root, 0, bytes, 0, LL_AFTER_GATHERED, bytes);
 }
 
 /* Every rank writes; the root reads and folds them all (in rank order, as the
  * allreduce), the others only wait for every rank to arrive. */
-static collResult_t ll_reduce(struct coll_comm *comm, const struct coll_args *a)
+static collResult_t ll_reduce(struct coll_frame *fr, const struct coll_args *a)
 {
+    struct coll_comm *comm = fr->prog.comm;
     size_t bytes = a->count * coll_dtype_size(a->dtype);
-    if (comm->rank == a->root) {
-        COLL_CHECK(ll_exchange(comm, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes, 0));
-        ll_fold(comm, a->op, a->dtype, a->recvbuf, a->count);
-        return collSuccess;
-    }
-    return ll_exchange(comm, a->sendbuf, bytes, LL_FROM_NONE, 0, 0, bytes);
+    if (comm->rank == a->root)
+        return ll_exchange(fr, a->sendbuf, bytes, LL_FROM_ALL, 0, bytes, 0, LL_AFTER_FOLD, 0);
+    return ll_exchange(fr, a->sendbuf, bytes, LL_FROM_NONE, 0, 0, bytes, LL_AFTER_NONE, 0);
 }
 
 static bool ll_can_run(const struct coll_comm *comm, enum coll_func f, const struct coll_args *a)
@@ -392,6 +438,8 @@ static const char *ll_map_peer(const struct ll_desc *d)
     return coll_mem_map_peer(d->pid, d->fd, LL_NAME, 2 * LL_SLOT, &size);
 }
 
+extern const struct coll_algo coll_algo_ll;
+
 /* The median time of LL_PROBES allreduces of count doubles through ll. */
 static collResult_t ll_probe(struct coll_comm *comm, size_t count, double *median_us)
 {
@@ -400,7 +448,7 @@ static collResult_t ll_probe(struct coll_comm *comm, size_t count, double *media
     struct coll_args a = {zeros, out, count, collDouble, collSum, 0};
     for (int i = 0; i < LL_PROBES; i++) {
         int64_t t0 = coll_now_ns();
-        COLL_CHECK(ll_allreduce(comm, &a));
+        COLL_CHECK(coll_algo_run(&coll_algo_ll, COLL_FUNC_ALLREDUCE, comm, &a));
         t[i] = (double)(coll_now_ns() - t0) / 1e3;
     }
     for (int i = 1; i < LL_PROBES; i++) /* insertion sort: a few values */
@@ -490,9 +538,9 @@ static collResult_t ll_comm_init(struct coll_comm *comm)
 const struct coll_algo coll_algo_ll = {
     .name = "ll",
     .can_run = ll_can_run,
-    .run = {[COLL_FUNC_ALLREDUCE] = ll_allreduce, [COLL_FUNC_ALLGATHER] = ll_allgather,
-            [COLL_FUNC_REDUCE_SCATTER] = ll_reduce_scatter, [COLL_FUNC_BROADCAST] = ll_broadcast,
-            [COLL_FUNC_REDUCE] = ll_reduce},
+    .build = {[COLL_FUNC_ALLREDUCE] = ll_allreduce, [COLL_FUNC_ALLGATHER] = ll_allgather,
+              [COLL_FUNC_REDUCE_SCATTER] = ll_reduce_scatter,
+              [COLL_FUNC_BROADCAST] = ll_broadcast, [COLL_FUNC_REDUCE] = ll_reduce},
     .predict = ll_predict,
     .comm_init = ll_comm_init,
     .comm_fini = ll_comm_fini,

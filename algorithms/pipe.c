@@ -77,10 +77,12 @@ void coll_pipes_stage(const struct coll_pipe *ps, int n, struct coll_pipes_stage
             window = COLL_PIPE_MAX_WINDOW;
         struct coll_lane *rl = &lanes[2 * k + PIPE_RECV], *sl = &lanes[2 * k + PIPE_SEND];
         /* The receive lane first: its pieces are tested before the sends'. */
+        bool recv = p->recv_conn != NULL || p->recv_accept;
         *rl = (struct coll_lane){
-            .conn = p->recv_conn, .is_send = false, .total = p->recv_conn ? p->total : 0,
+            .conn = p->recv_conn, .is_send = false, .total = recv ? p->total : 0,
             .window = window, .tag = 2 * k + PIPE_RECV, .lend = true, .reg = p->recv_reg,
-            .reg_bytes = p->recv_reg_bytes};
+            .reg_bytes = p->recv_reg_bytes, .accept = p->recv_conn == NULL && recv,
+            .peer = p->recv_peer};
         *sl = (struct coll_lane){
             .conn = p->send_conn, .is_send = true, .total = p->send_conn ? p->total : 0,
             .window = PIPE_SEND_WINDOW, .tag = 2 * k + PIPE_SEND, .reg = p->send_reg,
@@ -108,17 +110,17 @@ void coll_pipes_stage(const struct coll_pipe *ps, int n, struct coll_pipes_stage
                              .cut_pieces = cut_pieces};
 }
 
-collResult_t coll_pipes_run(struct coll_pipe *ps, int n)
+collResult_t coll_pipe_link(struct coll_comm *comm, struct coll_pipe *p, int send_to,
+                            int recv_from)
 {
-    if (n < 1 || n > COLL_PIPES_MAX)
-        return collInternalError;
-    struct coll_pipes_stage st;
-    struct coll_sched s;
-    coll_pipes_stage(ps, n, &st, &s);
-    return coll_engine_run(&s);
-}
-
-collResult_t coll_pipe_run(struct coll_pipe *p)
-{
-    return coll_pipes_run(p, 1);
+    if (send_to >= 0)
+        COLL_CHECK(coll_transport_get_conn(comm, send_to, true, &p->send_conn));
+    if (recv_from >= 0) {
+        struct coll_lane l = {.is_send = false};
+        COLL_CHECK(coll_lane_link(comm, &l, recv_from));
+        p->recv_conn = l.conn;
+        p->recv_accept = l.accept;
+        p->recv_peer = recv_from;
+    }
+    return collSuccess;
 }

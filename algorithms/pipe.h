@@ -27,7 +27,10 @@
 struct coll_pipe {
     struct coll_comm *comm;
     struct coll_conn *send_conn; /* NULL: this rank sends nothing */
-    struct coll_conn *recv_conn; /* NULL: this rank receives nothing */
+    struct coll_conn *recv_conn; /* NULL: this rank receives nothing (unless recv_accept) */
+    bool recv_accept;            /* the receive connection is not made yet: the stage
+                                  * accepts it from rank recv_peer as it runs */
+    int recv_peer;
     size_t total;
     bool send_after_recv;
     size_t send_lag;
@@ -68,12 +71,9 @@ struct coll_pipe {
 
 #define COLL_PIPE_MAX_WINDOW 32
 
-collResult_t coll_pipe_run(struct coll_pipe *p);
-
-/* Runs ps[0..n) at once, as one schedule: they must use distinct connections,
- * and each keeps its own lags.  last: any of them. */
+/* Pipes run at once, as one schedule: they must use distinct connections, and
+ * each keeps its own lags.  last: any of them. */
 #define COLL_PIPES_MAX 4
-collResult_t coll_pipes_run(struct coll_pipe *ps, int n);
 
 /* The schedule of pipes run at once, and what it needs while it runs. */
 struct coll_pipes_stage {
@@ -82,6 +82,10 @@ struct coll_pipes_stage {
 };
 /* Copies ps[0..n) (1 <= n <= COLL_PIPES_MAX) into st and sets *s to their
  * schedule, which lives as long as st does. */
+/* Sets p's connections: to rank send_to (made now; -1: none) and from rank
+ * recv_from (-1: none), which the stage accepts when it is not made yet. */
+collResult_t coll_pipe_link(struct coll_comm *comm, struct coll_pipe *p, int send_to,
+                            int recv_from);
 void coll_pipes_stage(const struct coll_pipe *ps, int n, struct coll_pipes_stage *st,
                       struct coll_sched *s);
 

@@ -7,13 +7,20 @@
 static collResult_t frame_next(struct coll_prog *p)
 {
     struct coll_frame *f = (struct coll_frame *)p;
-    p->sched = p->pc++ == 0 && f->staged ? &f->sched : NULL;
+    int pc = p->pc++;
+    p->sched = pc == 0 ? f->stage : NULL;
+    if (pc == 1 && f->after != NULL)
+        return f->after(f);
     return collSuccess;
 }
 
 static void frame_fini(struct coll_prog *p)
 {
     struct coll_frame *f = (struct coll_frame *)p;
+    if (f->sub_on) {
+        f->sub_on = false;
+        f->sub->prog.fini(&f->sub->prog);
+    }
     for (int i = 0; i < f->nowned; i++)
         free(f->owned[i]);
     f->nowned = 0;
@@ -25,11 +32,25 @@ void coll_frame_init(struct coll_frame *f, struct coll_comm *comm, const struct 
 {
     f->prog = (struct coll_prog){.comm = comm, .next = frame_next, .fini = frame_fini};
     f->a = *a;
-    f->staged = false;
+    f->stage = NULL;
     f->heap = false;
     f->nowned = 0;
     f->used = 0;
     f->state = NULL;
+    f->after = NULL;
+    f->sub = NULL;
+    f->sub_on = false;
+}
+
+collResult_t coll_frame_take(struct coll_frame *f, size_t bytes, void **p_p)
+{
+    size_t at = (f->used + 63) & ~(size_t)63;
+    if (at + bytes <= COLL_FRAME_BYTES) {
+        *p_p = f->mem + at;
+        f->used = at + bytes;
+        return collSuccess;
+    }
+    return coll_frame_alloc(f, bytes, p_p);
 }
 
 collResult_t coll_frame_alloc(struct coll_frame *f, size_t bytes, void **p_p)
@@ -60,13 +81,36 @@ collResult_t coll_frame_alloc(struct coll_frame *f, size_t bytes, void **p_p)
 void coll_frame_stage(struct coll_frame *f, const struct coll_sched *s)
 {
     f->sched = *s;
-    f->staged = true;
+    f->stage = &f->sched;
 }
 
 void coll_frame_pipes(struct coll_frame *f, const struct coll_pipe *ps, int n)
 {
     coll_pipes_stage(ps, n, &f->pipes, &f->sched);
-    f->staged = true;
+    f->stage = &f->sched;
+}
+
+collResult_t coll_frame_sub(struct coll_frame *f, struct coll_frame **sub_p)
+{
+    if (f->sub == NULL)
+        COLL_CHECK(coll_frame_alloc(f, sizeof(*f->sub), (void **)&f->sub));
+    coll_frame_init(f->sub, f->prog.comm, &f->a);
+    f->sub_on = true;
+    *sub_p = f->sub;
+    return collSuccess;
+}
+
+collResult_t coll_frame_sub_next(struct coll_frame *f, bool *more_p)
+{
+    struct coll_prog *p = &f->sub->prog;
+    collResult_t res = p->next(p);
+    f->prog.sched = res == collSuccess ? p->sched : NULL;
+    *more_p = f->prog.sched != NULL;
+    if (!*more_p) {
+        f->sub_on = false;
+        p->fini(p);
+    }
+    return res;
 }
 
 collResult_t coll_frame_run(struct coll_frame *f,

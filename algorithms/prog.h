@@ -23,11 +23,15 @@
 struct coll_frame {
     struct coll_prog prog;
     struct coll_args a;          /* the call's arguments, which the contexts point at */
-    struct coll_sched sched;     /* the stage handed over */
-    bool staged;
+    struct coll_sched *stage;    /* the stage handed over; NULL: none */
+    struct coll_sched sched;     /* where coll_frame_stage copies it */
     bool heap;                   /* the frame itself is freed when the program ends */
     struct coll_pipes_stage pipes;
     void *state;                 /* a program that writes its own next(): its state */
+    /* Optional: the local work once the stage is done (ll's fold), with state. */
+    collResult_t (*after)(struct coll_frame *f);
+    struct coll_frame *sub;      /* a program of calls in turn: the one running (its frame) */
+    bool sub_on;
     void *owned[COLL_FRAME_OWNED];
     int nowned;
     size_t used;
@@ -40,8 +44,21 @@ void coll_frame_init(struct coll_frame *f, struct coll_comm *comm, const struct 
 collResult_t coll_frame_alloc(struct coll_frame *f, size_t bytes, void **p_p);
 /* Hands stage s over (copied; what it points at must live in the frame). */
 void coll_frame_stage(struct coll_frame *f, const struct coll_sched *s);
-/* Hands pipes ps[0..n) over as the stage (copied, as coll_pipes_run runs them). */
+/* Hands over stage s that lives as long as the program (ll's, the comm's). */
+static inline void coll_frame_stage_at(struct coll_frame *f, struct coll_sched *s)
+{
+    f->stage = s;
+}
+/* Memory for the program's state, as coll_frame_alloc, not cleared. */
+collResult_t coll_frame_take(struct coll_frame *f, size_t bytes, void **p_p);
+/* Hands pipes ps[0..n) over as the stage (copied: coll_pipes_stage). */
 void coll_frame_pipes(struct coll_frame *f, const struct coll_pipe *ps, int n);
+/* A program of several calls one after another (hier's): each is built in turn
+ * into f's sub frame (coll_frame_sub gives it, made on first use), and its
+ * stages run as f's (coll_frame_sub_next sets f->prog.sched to the next; false
+ * in *more_p once the sub call is over). */
+collResult_t coll_frame_sub(struct coll_frame *f, struct coll_frame **sub_p);
+collResult_t coll_frame_sub_next(struct coll_frame *f, bool *more_p);
 /* Builds with build(f, &f->a) and runs the program alone. */
 collResult_t coll_frame_run(struct coll_frame *f,
                             collResult_t (*build)(struct coll_frame *, const struct coll_args *));

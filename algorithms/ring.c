@@ -558,26 +558,34 @@ collResult_t coll_ring_allreduce_group(struct coll_comm *comm, const struct coll
     return ring_frame_run(&fr, ring_allreduce_group(&fr, &fr.a, g, avg_div, last));
 }
 
-collResult_t coll_ring_allreduce_rs(struct coll_comm *comm, const struct coll_args *a,
-                                    const struct coll_ring_group *g, int nsegs, bool last)
+collResult_t coll_ring_build_allreduce(struct coll_frame *fr, const struct coll_args *a,
+                                       const struct coll_ring_group *g, int avg_div, bool last)
+{
+    return ring_allreduce_group(fr, a, g, avg_div, last);
+}
+
+collResult_t coll_ring_build_rs(struct coll_frame *fr, const struct coll_args *a,
+                                const struct coll_ring_group *g, int nsegs, bool last)
 {
     if (ring_allreduce_trivial(a, g->n))
         return collSuccess;
-    struct coll_frame fr;
-    coll_frame_init(&fr, comm, a);
-    return ring_frame_run(&fr, ring_allreduce_steps(&fr, &fr.a, g, nsegs, 0, 0, g->n - 1,
-                                                    last));
+    return ring_allreduce_steps(fr, a, g, nsegs, 0, 0, g->n - 1, last);
+}
+
+collResult_t coll_ring_build_ag(struct coll_frame *fr, const struct coll_args *a,
+                                const struct coll_ring_group *g, int nsegs, bool last)
+{
+    if (g->n == 1 || a->count == 0)
+        return collSuccess;
+    return ring_allreduce_steps(fr, a, g, nsegs, 0, g->n - 1, g->n - 1, last);
 }
 
 collResult_t coll_ring_allreduce_ag(struct coll_comm *comm, const struct coll_args *a,
                                     const struct coll_ring_group *g, int nsegs, bool last)
 {
-    if (g->n == 1 || a->count == 0)
-        return collSuccess;
     struct coll_frame fr;
     coll_frame_init(&fr, comm, a);
-    return ring_frame_run(&fr, ring_allreduce_steps(&fr, &fr.a, g, nsegs, 0, g->n - 1,
-                                                    g->n - 1, last));
+    return ring_frame_run(&fr, coll_ring_build_ag(&fr, &fr.a, g, nsegs, last));
 }
 
 /* --- lines: sets of ring steps run one after another on one pipe, beside
@@ -652,15 +660,17 @@ size_t coll_ring_lines_slots(const struct coll_comm *comm, const struct coll_rin
     return total;
 }
 
-collResult_t coll_ring_run_lines(struct coll_comm *comm, const struct coll_ring_line *lines,
-                                 int nlines, void *slots, bool last)
+collResult_t coll_ring_build_lines(struct coll_frame *fr, const struct coll_ring_line *lines,
+                                   int nlines, void *slots, bool last)
 {
-    struct line_ctx lc[COLL_PIPES_MAX];
+    struct coll_comm *comm = fr->prog.comm;
+    struct line_ctx *lc;
     struct coll_pipe pipes[COLL_PIPES_MAX];
     int np = 0;
     char *room = slots;
     if (nlines > COLL_PIPES_MAX)
         return collInternalError;
+    COLL_CHECK(coll_frame_alloc(fr, COLL_PIPES_MAX * sizeof(*lc), (void **)&lc));
     for (int k = 0; k < nlines; k++) {
         struct line_ctx *l = &lc[np];
         l->n = 0;
@@ -715,7 +725,9 @@ collResult_t coll_ring_run_lines(struct coll_comm *comm, const struct coll_ring_
         COLL_CHECK(coll_transport_get_conn(comm, g->members[prev], false, &pipes[np].recv_conn));
         np++;
     }
-    return np > 0 ? coll_pipes_run(pipes, np) : collSuccess;
+    if (np > 0)
+        coll_frame_pipes(fr, pipes, np);
+    return collSuccess;
 }
 
 void coll_ring_segment(size_t count, int nsegs, int j, size_t *off_p, size_t *len_p)

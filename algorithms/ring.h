@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "algo.h"
+#include "prog.h"
 
 /* A ring of n ranks: members[p] is the rank at place p, this rank is at pos;
  * each sends to the next place and receives from the previous one. */
@@ -23,17 +24,25 @@ struct coll_ring_group coll_ring_flat(const struct coll_comm *comm);
  * empty (off 0, len 0). */
 void coll_ring_segment(size_t count, int nsegs, int j, size_t *off_p, size_t *len_p);
 
+/* The builders (prog.h) put the call's stage in frame fr; a and g, and what
+ * they point at, must live as long as the program.  The coll_ring_allreduce_
+ * calls run it alone. */
+
 /* An allreduce of a over the ranks of g; collAvg divides by avg_div (the
  * ranks whose contributions the inputs hold) at its end.  last as in pipe.h. */
+collResult_t coll_ring_build_allreduce(struct coll_frame *fr, const struct coll_args *a,
+                                       const struct coll_ring_group *g, int avg_div, bool last);
 collResult_t coll_ring_allreduce_group(struct coll_comm *comm, const struct coll_args *a,
                                        const struct coll_ring_group *g, int avg_div, bool last);
 /* Its reduce-scatter half, over a->count cut into nsegs <= g->n segments: after
  * it the rank at place p holds segment (p + 1) mod g->n of a->recvbuf reduced
  * over g (collAvg: summed, not divided).  a may be in place. */
-collResult_t coll_ring_allreduce_rs(struct coll_comm *comm, const struct coll_args *a,
-                                    const struct coll_ring_group *g, int nsegs, bool last);
+collResult_t coll_ring_build_rs(struct coll_frame *fr, const struct coll_args *a,
+                                const struct coll_ring_group *g, int nsegs, bool last);
 /* Its allgather half: from the segments the reduce-scatter left, every rank of
  * g ends with all of a->recvbuf. */
+collResult_t coll_ring_build_ag(struct coll_frame *fr, const struct coll_args *a,
+                                const struct coll_ring_group *g, int nsegs, bool last);
 collResult_t coll_ring_allreduce_ag(struct coll_comm *comm, const struct coll_args *a,
                                     const struct coll_ring_group *g, int nsegs, bool last);
 
@@ -53,14 +62,14 @@ struct coll_ring_line {
     int nsets;
 };
 
-/* Bytes of receive slots that coll_ring_run_lines needs (sets in place). */
+/* Bytes of receive slots that coll_ring_build_lines needs (sets in place). */
 size_t coll_ring_lines_slots(const struct coll_comm *comm, const struct coll_ring_line *lines,
                              int nlines);
-/* Runs lines[0..nlines) at once, one pipe each, as one schedule (pipe.h,
- * coll_pipes_run): the lines must be on distinct connections (groups of other
+/* lines[0..nlines) at once, one pipe each, as one stage (pipe.h,
+ * coll_pipes_stage): the lines must be on distinct connections (groups of other
  * ranks, or the same ranks in the other direction).  Sets with nothing to move
  * (one rank, no elements) are skipped.  slots: coll_ring_lines_slots bytes. */
-collResult_t coll_ring_run_lines(struct coll_comm *comm, const struct coll_ring_line *lines,
-                                 int nlines, void *slots, bool last);
+collResult_t coll_ring_build_lines(struct coll_frame *fr, const struct coll_ring_line *lines,
+                                   int nlines, void *slots, bool last);
 
 #endif
