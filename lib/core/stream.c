@@ -20,15 +20,18 @@
  * DDP's buckets overlap, each call's tail with the next one's head.  The bytes
  * on every connection still go in the order of the calls, so peers need not
  * overlap alike.  A call starts beside others only if
- *   - it and every call in flight is one collective whose algorithm builds a
- *     program and shares nothing of the comm but its connections (not a group,
- *     not a send or receive, not ll's or the direct allreduce's calls: those
- *     run alone),
+ *   - it is one collective whose algorithm builds a program and shares nothing
+ *     of the comm but its connections (not ll's or the direct allreduce's
+ *     calls, nor any under COLL_CHECK_MISMATCH: those run alone), or a group of
+ *     sends and receives on this comm with known peers,
  *   - it touches no byte that a call in flight reads or writes,
  *   - the stream's previous call is on this comm too or is done;
- * and calls finish, for their streams, in the order issued.  A call that the
- * next queued one could not run beside runs alone, as when nothing overlaps:
- * back-to-back calls on one buffer pay nothing.
+ * and calls finish, for their streams, in the order issued.  A collective that
+ * the next queued call could not run beside runs alone, as when nothing
+ * overlaps: back-to-back calls on one buffer pay nothing.  Sends and receives
+ * enter the set even alone: a receive queued first must not keep a later send
+ * behind it while its sender waits for that send (a pipeline's irecv, then
+ * isend).
  *
  * A call without a stream first waits for its communicator's queue to drain
  * (coll_stream_quiesce), then runs in the calling thread as before.
