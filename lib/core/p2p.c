@@ -267,19 +267,9 @@ static collResult_t p2p_connect(struct p2p_run *run)
             struct coll_lane *l = &run->lanes[k];
             if (l->is_send != (pass == 0))
                 continue;
-            int peer = p2p_lane_op(run, l, 0)->peer;
-            collResult_t res =
-                l->is_send ? coll_transport_get_conn(l->comm, peer, true, &l->conn)
-                           : coll_transport_wait_recv_conn(l->comm, peer, 0, &l->conn);
-            if (res != collSuccess) {
-                coll_comm_poison(l->comm, res);
-                return res;
-            }
-            /* Not there yet: the engine accepts it as the stage runs, and
-             * meanwhile a later call in flight leaves the connection from peer
-             * to this one. */
-            l->accept = l->conn == NULL;
-            l->peer = peer;
+            /* A receive's not made yet: the engine accepts it as the stage
+             * runs, and meanwhile a later call in flight leaves it to this one. */
+            COLL_CHECK(coll_lane_link(l->comm, l, p2p_lane_op(run, l, 0)->peer));
         }
     }
     return collSuccess;

@@ -1009,19 +1009,30 @@ struct coll_run {
     struct coll_lane_slot stack_slots[ENGINE_STACK_SLOTS];
 };
 
-static void run_free_arrays(struct coll_run *r)
+/* Back to the arrays in r itself: per lane (pending, waiting), per piece (slots). */
+static void run_free_lane_arrays(struct coll_run *r)
 {
-    if (r->slots != r->stack_slots)
-        free(r->slots);
     if (r->pending != r->stack)
         free(r->pending);
     if (r->waiting != r->istack)
         free(r->waiting);
-    r->slots = r->stack_slots;
     r->pending = r->stack;
     r->waiting = r->istack;
-    r->nslots_heap = 0;
     r->nlanes_heap = 0;
+}
+
+static void run_free_slots(struct coll_run *r)
+{
+    if (r->slots != r->stack_slots)
+        free(r->slots);
+    r->slots = r->stack_slots;
+    r->nslots_heap = 0;
+}
+
+static void run_free_arrays(struct coll_run *r)
+{
+    run_free_lane_arrays(r);
+    run_free_slots(r);
 }
 
 /* Sets r up for s: its lanes' windows, slots and order, and starts them. */
@@ -1045,13 +1056,7 @@ static collResult_t run_start(struct coll_run *r, struct coll_sched *s)
             nslots += l->mask + 1;
     }
     if (s->nlanes > ENGINE_STACK_LANES && s->nlanes > r->nlanes_heap) {
-        if (r->pending != r->stack)
-            free(r->pending);
-        if (r->waiting != r->istack)
-            free(r->waiting);
-        r->pending = r->stack;
-        r->waiting = r->istack;
-        r->nlanes_heap = 0;
+        run_free_lane_arrays(r);
         struct coll_req **pending = calloc((size_t)s->nlanes, sizeof(*pending));
         int *waiting = malloc(2 * (size_t)s->nlanes * sizeof(*waiting));
         if (pending == NULL || waiting == NULL) {
@@ -1066,10 +1071,7 @@ static collResult_t run_start(struct coll_run *r, struct coll_sched *s)
         r->nlanes_heap = s->nlanes;
     }
     if (nslots > ENGINE_STACK_SLOTS && nslots > r->nslots_heap) {
-        if (r->slots != r->stack_slots)
-            free(r->slots);
-        r->slots = r->stack_slots;
-        r->nslots_heap = 0;
+        run_free_slots(r);
         struct coll_lane_slot *slots = malloc(nslots * sizeof(*slots));
         if (slots == NULL) {
             coll_set_error(s->comm, "%s: out of memory for %zu pieces in flight",
